@@ -1,0 +1,60 @@
+# Thin driver over the CMake presets (CMakePresets.json); CMake does the real work.
+#   make build    install missing packages, configure and build build/default
+#   make demo     build, then run the collective benchmark ($(DEMO_CMD))
+#   make check    default build + all tests, then the TSan and ASan builds + their tests
+#   make tsan | asan | install [PREFIX=...] | format | clean
+DEMO_CMD ?= ./build/default/bench/eagercomm-bench --ranks 4 -b 8 -e 64M -f 8 -n 20 -w 5 -c 1
+
+WERROR ?= OFF
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc)
+CMAKE ?= cmake
+CTEST ?= ctest
+CLANG_FORMAT ?= clang-format
+
+# Configures (keeping WERROR in step with the command line) and builds one preset.
+define configure_and_build
+	$(CMAKE) --preset $(1) -DEAGERCOMM_WERROR=$(WERROR)
+	$(CMAKE) --build --preset $(1) -j $(JOBS)
+endef
+
+.PHONY: all deps build demo check tsan asan install format clean
+
+all: build
+
+deps:
+	./deploy/install-deps.sh
+
+build: deps
+	$(call configure_and_build,default)
+
+demo: build
+	$(DEMO_CMD)
+
+check: deps
+	$(call configure_and_build,default)
+	$(CTEST) --preset default -j 2 --output-on-failure
+	$(call configure_and_build,tsan)
+	$(CTEST) --preset tsan
+	$(call configure_and_build,asan)
+	$(CTEST) --preset asan
+	@echo "check: PASSED (default: all tests; tsan: label concurrency; asan: label memory;" \
+	  "WERROR=$(WERROR))"
+
+tsan: deps
+	$(call configure_and_build,tsan)
+	$(CTEST) --preset tsan
+
+asan: deps
+	$(call configure_and_build,asan)
+	$(CTEST) --preset asan
+
+install: build
+	$(CMAKE) --install build/default --prefix $(PREFIX)
+
+format:
+	find runtime transport collectives tools bench tests \
+	  \( -name '*.h' -o -name '*.cc' \) -type f -print0 | xargs -0 -r $(CLANG_FORMAT) -i
+
+clean:
+	rm -rf build

@@ -1,0 +1,231 @@
+#include "bench/bench_collective.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "collectives/half.h"
+
+namespace eagercomm::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Small integers: exact in every type and every sum over up to a few hundred ranks.
+double pattern(int rank, size_t i) { return static_cast<double>((i + rank * 7) % 13) - 6.0; }
+
+void store(DataType t, void* buf, size_t i, double v) {
+  auto* b = static_cast<uint8_t*>(buf);
+  switch (t) {
+    case DataType::kFloat32: { float x = static_cast<float>(v); std::memcpy(b + 4 * i, &x, 4); break; }
+    case DataType::kFloat64: std::memcpy(b + 8 * i, &v, 8); break;
+    case DataType::kFloat16: { uint16_t x = float_to_half(static_cast<float>(v)); std::memcpy(b + 2 * i, &x, 2); break; }
+    case DataType::kBFloat16: { uint16_t x = float_to_bf16(static_cast<float>(v)); std::memcpy(b + 2 * i, &x, 2); break; }
+    case DataType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(b + 4 * i, &x, 4); break; }
+    case DataType::kInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(b + 8 * i, &x, 8); break; }
+  }
+}
+
+double load(DataType t, const void* buf, size_t i) {
+  const auto* b = static_cast<const uint8_t*>(buf);
+  switch (t) {
+    case DataType::kFloat32: { float x; std::memcpy(&x, b + 4 * i, 4); return x; }
+    case DataType::kFloat64: { double x; std::memcpy(&x, b + 8 * i, 8); return x; }
+    case DataType::kFloat16: { uint16_t x; std::memcpy(&x, b + 2 * i, 2); return half_to_float(x); }
+    case DataType::kBFloat16: { uint16_t x; std::memcpy(&x, b + 2 * i, 2); return bf16_to_float(x); }
+    case DataType::kInt32: { int32_t x; std::memcpy(&x, b + 4 * i, 4); return x; }
+    case DataType::kInt64: { int64_t x; std::memcpy(&x, b + 8 * i, 8); return static_cast<double>(x); }
+  }
+  return 0;
+}
+
+double reduce_expected(ReduceOp op, int ranks, size_t i) {
+  double acc = pattern(0, i);
+  for (int r = 1; r < ranks; ++r) {
+    const double v = pattern(r, i);
+    acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMin ? std::min(acc, v) : std::max(acc, v);
+  }
+  return acc;
+}
+
+struct Buffers {
+  std::vector<uint64_t> send, recv;  // 8-byte aligned storage
+  void* s() { return send.data(); }
+  void* r() { return recv.data(); }
+};
+
+class Runner {
+ public:
+  Runner(Communicator& comm, const Options& o)
+      : comm_(comm), o_(o), P_(comm.size()), rank_(comm.rank()), es_(dtype_size(o.type)) {}
+
+  Result<std::vector<Row>> run() {
+    std::vector<Row> rows;
+    const std::vector<size_t> sizes = size_list();
+    size_t max_count = 0;
+    for (size_t bytes : sizes) max_count = std::max(max_count, count_of(bytes));
+    const size_t recv_elems = o_.coll == Collective::kAllgather ? max_count * P_ : max_count;
+    buf_.send.assign((max_count * es_) / 8 + 8, 0);
+    buf_.recv.assign((recv_elems * es_) / 8 + 8, 0);
+    for (size_t bytes : sizes) {
+      Row row;
+      row.count = count_of(bytes);
+      row.bytes = o_.coll == Collective::kAllgather ? row.count * es_ * P_ : row.count * es_;
+      if (o_.coll == Collective::kBarrier) row.bytes = 0;
+      EC_ASSIGN_OR_RETURN(row.out_of_place, measure(row.count, false));
+      if (o_.in_place && o_.coll != Collective::kBarrier) {
+        EC_ASSIGN_OR_RETURN(row.in_place, measure(row.count, true));
+      }
+      rows.push_back(row);
+    }
+    return rows;
+  }
+
+ private:
+  std::vector<size_t> size_list() const {
+    std::vector<size_t> sizes;
+    if (o_.coll == Collective::kBarrier) return {0};
+    for (double b = static_cast<double>(o_.min_bytes); b <= static_cast<double>(o_.max_bytes);
+         b *= o_.factor) {
+      const size_t bytes = static_cast<size_t>(b);
+      if (count_of(bytes) > 0 && (sizes.empty() || count_of(bytes) != count_of(sizes.back()))) {
+        sizes.push_back(bytes);
+      }
+    }
+    return sizes;
+  }
+
+  size_t count_of(size_t bytes) const {
+    if (o_.coll == Collective::kBarrier) return 0;
+    return o_.coll == Collective::kAllgather ? bytes / es_ / P_ : bytes / es_;
+  }
+
+  // Input of this rank; for in-place allgather it lives in this rank's block of recv.
+  void* input(size_t count, bool in_place) {
+    if (!in_place) return buf_.s();
+    if (o_.coll == Collective::kAllgather) return static_cast<uint8_t*>(buf_.r()) + rank_ * count * es_;
+    return buf_.r();
+  }
+
+  void prepare(size_t count, bool in_place) {
+    void* in = input(count, in_place);
+    for (size_t i = 0; i < count; ++i) {
+      const bool broadcast_non_root = o_.coll == Collective::kBroadcast && rank_ != o_.root;
+      store(o_.type, in, i, broadcast_non_root ? 99 : pattern(rank_, i));
+    }
+    if (!in_place && o_.coll == Collective::kBroadcast) {
+      std::memcpy(buf_.r(), in, count * es_);
+    }
+  }
+
+  Status call(size_t count, bool in_place) {
+    void* in = input(count, in_place);
+    switch (o_.coll) {
+      case Collective::kAllreduce:
+        return comm_.allreduce(in, buf_.r(), count, o_.type, o_.op);
+      case Collective::kBroadcast:
+        return comm_.broadcast(buf_.r(), count, o_.type, o_.root);
+      case Collective::kAllgather:
+        return comm_.allgather(in, buf_.r(), count, o_.type);
+      case Collective::kBarrier:
+        return comm_.barrier();
+    }
+    return Status(StatusCode::kInternal, "unknown collective");
+  }
+
+  uint64_t count_wrong(size_t count) {
+    uint64_t wrong = 0;
+    switch (o_.coll) {
+      case Collective::kAllreduce:
+        for (size_t i = 0; i < count; ++i) {
+          wrong += load(o_.type, buf_.r(), i) != reduce_expected(o_.op, P_, i);
+        }
+        break;
+      case Collective::kBroadcast:
+        for (size_t i = 0; i < count; ++i) wrong += load(o_.type, buf_.r(), i) != pattern(o_.root, i);
+        break;
+      case Collective::kAllgather:
+        for (int g = 0; g < P_; ++g) {
+          for (size_t i = 0; i < count; ++i) {
+            wrong += load(o_.type, buf_.r(), g * count + i) != pattern(g, i);
+          }
+        }
+        break;
+      case Collective::kBarrier:
+        break;
+    }
+    return wrong;
+  }
+
+  Result<Timing> measure(size_t count, bool in_place) {
+    std::vector<double> us;
+    uint64_t wrong = 0;
+    for (int it = 0; it < o_.warmup + o_.iters; ++it) {
+      // In place overwrites the input, and checking needs known inputs: refill when checking.
+      if (it == 0 || (in_place && o_.check)) prepare(count, in_place);
+      EC_RETURN_IF_ERROR(comm_.barrier());
+      const auto t0 = Clock::now();
+      EC_RETURN_IF_ERROR(call(count, in_place));
+      const auto t1 = Clock::now();
+      if (it >= o_.warmup) {
+        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        if (o_.check) wrong += count_wrong(count);
+      }
+    }
+    // The slowest rank's time for each iteration, and the wrong elements of all ranks.
+    EC_RETURN_IF_ERROR(comm_.allreduce(us.data(), us.data(), us.size(), DataType::kFloat64,
+                                       ReduceOp::kMax));
+    int64_t total_wrong = static_cast<int64_t>(wrong);
+    EC_RETURN_IF_ERROR(comm_.allreduce(&total_wrong, &total_wrong, 1, DataType::kInt64,
+                                       ReduceOp::kSum));
+    Timing t;
+    t.mean_us = 0;
+    for (double x : us) t.mean_us += x / us.size();
+    std::sort(us.begin(), us.end());
+    t.median_us = us[us.size() / 2];
+    t.p99_us = us[std::min(us.size() - 1, static_cast<size_t>(us.size() * 0.99))];
+    t.wrong = static_cast<uint64_t>(total_wrong);
+    return t;
+  }
+
+  Communicator& comm_;
+  const Options& o_;
+  const int P_;
+  const int rank_;
+  const size_t es_;
+  Buffers buf_;
+};
+
+}  // namespace
+
+Result<std::vector<Row>> run_collective(Communicator& comm, const Options& options) {
+  return Runner(comm, options).run();
+}
+
+double busbw_factor(Collective coll, int ranks) {
+  switch (coll) {
+    case Collective::kAllreduce: return 2.0 * (ranks - 1) / ranks;
+    case Collective::kAllgather: return static_cast<double>(ranks - 1) / ranks;
+    case Collective::kBroadcast: return 1.0;
+    case Collective::kBarrier: return 0.0;
+  }
+  return 0.0;
+}
+
+double memcpy_gbps(size_t bytes, int reps) {
+  std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
+  std::vector<double> secs;
+  for (int i = 0; i < reps + 2; ++i) {
+    const auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    const auto t1 = Clock::now();
+    // Touch the destination so the copy cannot be elided.
+    a[i % bytes] = b[(i * 7919) % bytes];
+    if (i >= 2) secs.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  std::sort(secs.begin(), secs.end());
+  return static_cast<double>(bytes) / secs[secs.size() / 2] / 1e9;
+}
+
+}  // namespace eagercomm::bench

@@ -1,0 +1,69 @@
+// eagercomm-bench: nccl-tests style collective benchmark. For now ranks are threads of this
+// process (--ranks); every rank runs the same measurement code a process rank will run.
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_collective.h"
+#include "bench/bench_report.h"
+#include "collectives/reduce_kernels.h"
+
+using namespace eagercomm;
+using namespace eagercomm::bench;
+
+int main(int argc, char** argv) {
+  bool help = false;
+  Result<Options> parsed = parse_options(argc, argv, &help);
+  if (help) {
+    print_usage();
+    return 0;
+  }
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "eagercomm-bench: %s\n", parsed.status().message().c_str());
+    return 2;
+  }
+  const Options& o = parsed.value();
+  RunInfo info;
+  info.options = o;
+  info.ranks = o.ranks;
+  info.kernels = reduce_kernels_isa();
+  info.memcpy_gbps = memcpy_gbps(std::max<size_t>(o.max_bytes, 1 << 20), 9);
+
+  auto world = make_inproc_world(o.ranks);
+  if (!world.ok()) {
+    std::fprintf(stderr, "eagercomm-bench: %s\n", world.status().to_string().c_str());
+    return 1;
+  }
+  auto& comms = world.value();
+  info.transport = comms[0]->transport_name();
+  std::vector<Result<std::vector<Row>>> results(o.ranks, Status(StatusCode::kInternal, "not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < o.ranks; ++r) {
+    threads.emplace_back([&, r] { results[r] = run_collective(*comms[r], o); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < o.ranks; ++r) {
+    if (!results[r].ok()) {
+      std::fprintf(stderr, "eagercomm-bench: rank %d: %s\n", r,
+                   results[r].status().to_string().c_str());
+      return 1;
+    }
+  }
+  const std::vector<Row>& rows = results[0].value();
+  if (o.json != "-") print_table(stdout, info, rows);
+  if (!o.json.empty()) {
+    const std::string doc = to_json(info, rows);
+    if (o.json == "-") {
+      std::fputs(doc.c_str(), stdout);
+    } else if (FILE* f = std::fopen(o.json.c_str(), "w")) {
+      std::fputs(doc.c_str(), f);
+      std::fclose(f);
+    } else {
+      std::fprintf(stderr, "eagercomm-bench: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+  }
+  uint64_t wrong = 0;
+  for (const Row& row : rows) wrong += row.out_of_place.wrong + row.in_place.wrong;
+  return wrong ? 3 : 0;
+}

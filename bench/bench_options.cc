@@ -1,0 +1,138 @@
+#include "bench/bench_options.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "runtime/config.h"
+
+namespace eagercomm::bench {
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::kAllreduce: return "allreduce";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kAllgather: return "allgather";
+    case Collective::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+void print_usage() {
+  std::printf(
+      "usage: eagercomm-bench [options]\n"
+      "  -p, --ranks N         in-process ranks (threads) [4]\n"
+      "      --coll NAME       allreduce | broadcast | allgather | barrier [allreduce]\n"
+      "  -b, --minbytes SIZE   smallest message [8]\n"
+      "  -e, --maxbytes SIZE   largest message [64M]\n"
+      "  -f, --stepfactor F    multiply the size by F each step [2]\n"
+      "  -n, --iters N         timed iterations per size [20]\n"
+      "  -w, --warmup_iters N  untimed iterations per size [5]\n"
+      "  -c, --check 0|1       check every result [1]\n"
+      "  -d, --datatype T      f32 f64 f16 bf16 i32 i64 (or float, double, half, ...) [f32]\n"
+      "  -o, --op OP           sum | min | max [sum]\n"
+      "  -r, --root R          broadcast root [0]\n"
+      "  -I, --inplace 0|1     also measure in place [1]\n"
+      "      --json FILE       also write the results as JSON (\"-\": to stdout, no table)\n"
+      "  -h, --help\n"
+      "SIZE accepts 8, 4K, 64M, 1G (binary multiples). Configuration: EAGERCOMM_* variables\n"
+      "(see eagercomm-info).\n");
+}
+
+namespace {
+
+Result<long> parse_int(std::string_view flag, const char* text, long lo, long hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (errno || end == text || *end != '\0' || v < lo || v > hi) {
+    return make_status(StatusCode::kInvalidArgument, "%.*s: '%s' is not an integer in [%ld, %ld]",
+                       static_cast<int>(flag.size()), flag.data(), text, lo, hi);
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<Options> parse_options(int argc, char** argv, bool* help) {
+  Options o;
+  *help = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      *help = true;
+      return o;
+    }
+    if (i + 1 >= argc) {
+      return make_status(StatusCode::kInvalidArgument, "%s: missing value (see --help)", argv[i]);
+    }
+    const char* v = argv[++i];
+    auto sized = [&](size_t* out) -> Status {
+      Result<size_t> r = parse_size(v);
+      if (!r.ok()) return Status(r.status().code(), std::string(flag) + ": " + r.status().message());
+      *out = r.value();
+      return Status::Ok();
+    };
+    if (flag == "-b" || flag == "--minbytes") {
+      EC_RETURN_IF_ERROR(sized(&o.min_bytes));
+    } else if (flag == "-e" || flag == "--maxbytes") {
+      EC_RETURN_IF_ERROR(sized(&o.max_bytes));
+    } else if (flag == "-f" || flag == "--stepfactor") {
+      char* end = nullptr;
+      o.factor = std::strtod(v, &end);
+      if (end == v || *end != '\0' || !(o.factor > 1.0)) {
+        return make_status(StatusCode::kInvalidArgument, "%s: '%s' must be a number > 1",
+                           argv[i - 1], v);
+      }
+    } else if (flag == "-n" || flag == "--iters") {
+      EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 1, 100000000));
+      o.iters = static_cast<int>(n);
+    } else if (flag == "-w" || flag == "--warmup_iters") {
+      EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 0, 100000000));
+      o.warmup = static_cast<int>(n);
+    } else if (flag == "-c" || flag == "--check") {
+      EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 0, 1));
+      o.check = n != 0;
+    } else if (flag == "-I" || flag == "--inplace") {
+      EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 0, 1));
+      o.in_place = n != 0;
+    } else if (flag == "-p" || flag == "--ranks") {
+      EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 1, 1024));
+      o.ranks = static_cast<int>(n);
+    } else if (flag == "-r" || flag == "--root") {
+      EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 0, 1023));
+      o.root = static_cast<int>(n);
+    } else if (flag == "-d" || flag == "--datatype") {
+      EC_ASSIGN_OR_RETURN(o.type, parse_dtype(v));
+    } else if (flag == "-o" || flag == "--op") {
+      EC_ASSIGN_OR_RETURN(o.op, parse_reduce_op(v));
+    } else if (flag == "--coll") {
+      const std::string_view c = v;
+      if (c == "allreduce") o.coll = Collective::kAllreduce;
+      else if (c == "broadcast") o.coll = Collective::kBroadcast;
+      else if (c == "allgather") o.coll = Collective::kAllgather;
+      else if (c == "barrier") o.coll = Collective::kBarrier;
+      else {
+        return make_status(StatusCode::kInvalidArgument,
+                           "--coll: '%s' is not one of allreduce|broadcast|allgather|barrier", v);
+      }
+    } else if (flag == "--json") {
+      o.json = v;
+    } else {
+      return make_status(StatusCode::kInvalidArgument, "unknown option '%s' (see --help)",
+                         argv[i - 1]);
+    }
+  }
+  if (o.min_bytes > o.max_bytes) {
+    return make_status(StatusCode::kInvalidArgument, "-b %zu is larger than -e %zu", o.min_bytes,
+                       o.max_bytes);
+  }
+  if (o.root >= o.ranks) {
+    return make_status(StatusCode::kInvalidArgument, "-r %d: there are only %d ranks", o.root,
+                       o.ranks);
+  }
+  return o;
+}
+
+}  // namespace eagercomm::bench

@@ -1,0 +1,117 @@
+# `cmake --install`: the shared library (with its SONAME link), the public headers, the
+# generated build_config.h, the tools, a relocatable CMake package (eagercomm::eagercomm) and
+# a relocatable pkg-config file. Include after the library, tools/ and bench/ are defined.
+#
+# Installed layout (GNUInstallDirs):
+#   lib/libeagercomm.so.<version>, .so.<soversion>, .so
+#   include/eagercomm/{runtime,transport,collectives}/*.h   (+ runtime/build_config.h)
+#   bin/eagercomm-info, bin/eagercomm-bench                 (when those targets exist)
+#   lib/cmake/eagercomm/eagercomm{Config,ConfigVersion,Targets*}.cmake
+#   lib/pkgconfig/eagercomm.pc
+# Headers include each other as "runtime/status.h", so consumers get both include/eagercomm
+# (for those) and include (for <eagercomm/runtime/status.h>) on their include path.
+
+include_guard(GLOBAL)
+
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(EAGERCOMM_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/eagercomm" CACHE STRING
+  "Where the CMake package files are installed, relative to the prefix")
+mark_as_advanced(EAGERCOMM_INSTALL_CMAKEDIR)
+set(_ec_include_root "${CMAKE_INSTALL_INCLUDEDIR}/eagercomm")
+
+# A sanitized libeagercomm.so only loads into a program linked with the same sanitizer
+# runtime (ASan insists on coming first), so installed consumers inherit the link flags.
+set(_ec_sanitizer_link_flags ${EAGERCOMM_SANITIZER_FLAGS})
+list(FILTER _ec_sanitizer_link_flags INCLUDE REGEX "^-fsanitize=")
+foreach(flag IN LISTS _ec_sanitizer_link_flags)
+  target_link_options(eagercomm INTERFACE "$<INSTALL_INTERFACE:${flag}>")
+endforeach()
+
+install(TARGETS eagercomm EXPORT eagercommTargets
+  LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+    COMPONENT eagercomm_runtime NAMELINK_COMPONENT eagercomm_development
+  ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT eagercomm_development
+  RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT eagercomm_runtime
+  INCLUDES DESTINATION "${_ec_include_root}" "${CMAKE_INSTALL_INCLUDEDIR}")
+
+# install(DIRECTORY) matches at install time, so a header added without re-running CMake is
+# still installed.
+foreach(folder IN ITEMS runtime transport collectives)
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/${folder}/"
+    DESTINATION "${_ec_include_root}/${folder}"
+    COMPONENT eagercomm_development
+    FILES_MATCHING PATTERN "*.h")
+endforeach()
+install(FILES "${EAGERCOMM_GENERATED_DIR}/runtime/build_config.h"
+  DESTINATION "${_ec_include_root}/runtime"
+  COMPONENT eagercomm_development)
+
+# Installed tools find the library next door without LD_LIBRARY_PATH.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(_ec_tool_rpath "${CMAKE_INSTALL_LIBDIR}")
+else()
+  file(RELATIVE_PATH _ec_bin_to_lib "/prefix/${CMAKE_INSTALL_BINDIR}"
+       "/prefix/${CMAKE_INSTALL_LIBDIR}")
+  set(_ec_tool_rpath "$ORIGIN/${_ec_bin_to_lib}")
+endif()
+foreach(tool IN ITEMS eagercomm-info eagercomm-bench)
+  if(TARGET ${tool})
+    get_target_property(rpath ${tool} INSTALL_RPATH)
+    if(NOT rpath)
+      set_target_properties(${tool} PROPERTIES INSTALL_RPATH "${_ec_tool_rpath}")
+    endif()
+    install(TARGETS ${tool}
+      RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT eagercomm_tools)
+  endif()
+endforeach()
+
+# CMake package: find_package(eagercomm) -> eagercomm::eagercomm.
+install(EXPORT eagercommTargets
+  NAMESPACE eagercomm::
+  FILE eagercommTargets.cmake
+  DESTINATION "${EAGERCOMM_INSTALL_CMAKEDIR}"
+  COMPONENT eagercomm_development)
+configure_package_config_file(
+  "${PROJECT_SOURCE_DIR}/cmake/eagercommConfig.cmake.in"
+  "${PROJECT_BINARY_DIR}/package/eagercommConfig.cmake"
+  INSTALL_DESTINATION "${EAGERCOMM_INSTALL_CMAKEDIR}")
+# 0.x: a minor release may break the API, so only the same minor version is compatible.
+write_basic_package_version_file(
+  "${PROJECT_BINARY_DIR}/package/eagercommConfigVersion.cmake"
+  VERSION "${PROJECT_VERSION}"
+  COMPATIBILITY SameMinorVersion)
+install(FILES
+  "${PROJECT_BINARY_DIR}/package/eagercommConfig.cmake"
+  "${PROJECT_BINARY_DIR}/package/eagercommConfigVersion.cmake"
+  DESTINATION "${EAGERCOMM_INSTALL_CMAKEDIR}"
+  COMPONENT eagercomm_development)
+
+# pkg-config: paths relative to ${pcfiledir} so that `cmake --install --prefix <any>` works
+# like the CMake package does; absolute GNUInstallDirs paths are kept as they are.
+set(_ec_pc_dir "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(EAGERCOMM_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+  set(EAGERCOMM_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
+else()
+  file(RELATIVE_PATH _ec_pc_to_prefix "/prefix/${_ec_pc_dir}" "/prefix")
+  string(REGEX REPLACE "/$" "" _ec_pc_to_prefix "${_ec_pc_to_prefix}")
+  set(EAGERCOMM_PC_PREFIX "\${pcfiledir}/${_ec_pc_to_prefix}")
+  set(EAGERCOMM_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
+endif()
+if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+  set(EAGERCOMM_PC_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
+else()
+  set(EAGERCOMM_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+endif()
+set(EAGERCOMM_PC_LIBS "-L\${libdir} -leagercomm -pthread")
+if(_ec_sanitizer_link_flags)
+  list(JOIN _ec_sanitizer_link_flags " " _ec_pc_sanitizer)
+  string(APPEND EAGERCOMM_PC_LIBS " ${_ec_pc_sanitizer}")
+endif()
+configure_file("${PROJECT_SOURCE_DIR}/cmake/eagercomm.pc.in"
+               "${PROJECT_BINARY_DIR}/package/eagercomm.pc" @ONLY)
+install(FILES "${PROJECT_BINARY_DIR}/package/eagercomm.pc"
+  DESTINATION "${_ec_pc_dir}"
+  COMPONENT eagercomm_development)

@@ -1,0 +1,32 @@
+// Internal: constructors of the collective state machines. Not installed.
+//
+// The algorithm is chosen on the calling thread (it depends only on the arguments, the
+// communicator size and the configuration) and recorded in the signature, so that ranks
+// configured differently detect it instead of running incompatible protocols.
+#pragma once
+
+#include <memory>
+
+#include "collectives/op.h"
+
+namespace eagercomm::detail {
+
+enum class Algo : uint8_t {
+  kLocal = 1,              // one rank: a copy
+  kRecursiveDoubling = 2,  // allreduce, one slot per message
+  kRing = 3,               // allreduce (reduce-scatter + allgather), allgather
+  kTree = 4,               // broadcast, binomial tree
+  kChain = 5,              // broadcast, pipelined chain
+  kDissemination = 6,      // barrier
+};
+
+std::shared_ptr<Op> make_ring_allreduce(OpSignature sig, const void* in, void* out);
+std::shared_ptr<Op> make_rd_allreduce(OpSignature sig, const void* in, void* out);
+std::shared_ptr<Op> make_broadcast(OpSignature sig, void* buf);  // tree or chain per sig
+std::shared_ptr<Op> make_ring_allgather(OpSignature sig, const void* in, void* out);
+std::shared_ptr<Op> make_barrier(OpSignature sig);
+
+// A protocol error about a message of `op` from `peer`.
+Status bad_message(const Op& op, int peer, const char* what);
+
+}  // namespace eagercomm::detail

@@ -1,0 +1,457 @@
+#include "collectives/comm_core.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "collectives/algorithms.h"
+#include "runtime/log.h"
+#include "transport/registry.h"
+
+namespace eagercomm::detail {
+namespace {
+
+// Control codes (28 bits): kind in bits 27..24, argument in bits 23..0.
+constexpr uint32_t kControlPeerExit = 1;
+
+std::string seq_text(uint64_t seq) { return "#" + std::to_string(seq); }
+
+}  // namespace
+
+CommCore::CommCore(int rank, int size, const Config& config)
+    : rank_(rank), size_(size), config_(config), gone_from_(size, -1) {}
+
+CommCore::~CommCore() { destroy(); }
+
+Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::string& scope,
+                                                   int rank, int size, const Config& config) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return make_status(StatusCode::kInvalidArgument, "communicator: rank %d of size %d", rank,
+                       size);
+  }
+  std::shared_ptr<CommCore> core(new CommCore(rank, size, config));
+  Status s = core->setup(store, scope);
+  if (!s.ok()) {
+    // Tell the ranks waiting for this one, so they fail now instead of at the timeout.
+    (void)store.set(scope + "/failed/" + std::to_string(rank), to_bytes(s.to_string()));
+    (void)store.add(scope + "/failed", 1);
+    return s;
+  }
+  core->engine_ = std::make_unique<Engine>(*core, EngineOptions{config.spin, rank});
+  if (config.progress_thread == ProgressThreadMode::kOn) core->engine_->start_thread();
+  EC_INFO(kInit, "communicator rank %d of %d ready on transport %s (%s stores, %u slots of %zu "
+          "bytes per peer)",
+          rank, size, core->transport_name_.c_str(),
+          core->mailbox_->direct() ? "direct" : "staged", config.slots, config.slot_bytes);
+  return core;
+}
+
+Status CommCore::setup(Store& store, const std::string& scope) {
+  TransportParams params{rank_, size_, &config_, &store, scope};
+  EC_ASSIGN_OR_RETURN(transport_name_, resolve_transport_name(config_.transport, params));
+  EC_ASSIGN_OR_RETURN(transport_, create_transport(transport_name_, params));
+  MailboxOptions mopts{config_.slot_bytes, config_.slots, config_.direct};
+  EC_ASSIGN_OR_RETURN(mailbox_, Mailbox::create(*transport_, mopts));
+  ctx_ = OpContext{rank_, size_, mailbox_.get(), &config_};
+  return connect(store, scope);
+}
+
+Status CommCore::connect(Store& store, const std::string& scope) {
+  const std::string p = scope + "/";
+  const auto me = std::to_string(rank_);
+  EC_RETURN_IF_ERROR(store.set(p + "size/" + me, to_bytes(std::to_string(size_))));
+  EC_RETURN_IF_ERROR(store.set(p + "addr/" + me, transport_->local_address()));
+  // The inbox key goes last: its presence means the rank has published everything.
+  EC_RETURN_IF_ERROR(store.set(p + "inbox/" + me, mailbox_->inbox_key()));
+  // Rank 0 exists in every world: comparing sizes with it first turns "started with different
+  // world sizes" into an immediate error instead of a wait for ranks that will never come.
+  if (rank_ != 0) {
+    EC_ASSIGN_OR_RETURN(Bytes size0, store.get(p + "size/0", config_.timeout));
+    if (to_string(size0) != std::to_string(size_)) {
+      return make_status(StatusCode::kMismatch,
+                         "bootstrap: rank 0 was started with world size %s, rank %d with %d",
+                         to_string(size0).c_str(), rank_, size_);
+    }
+  }
+  std::vector<std::string> keys;
+  for (int peer = 0; peer < size_; ++peer) keys.push_back(p + "inbox/" + std::to_string(peer));
+  // Wait in slices, looking between them for ranks that reported a failure to join.
+  const auto deadline = config_.timeout > std::chrono::nanoseconds::zero()
+                            ? std::chrono::steady_clock::now() + config_.timeout
+                            : std::chrono::steady_clock::time_point::max();
+  Status waited;
+  for (;;) {
+    waited = store.wait(keys, std::chrono::milliseconds(50));
+    if (waited.code() != StatusCode::kTimeout) break;
+    if (store.get(p + "failed", std::chrono::milliseconds(1)).ok()) {
+      for (int peer = 0; peer < size_; ++peer) {
+        auto why = store.get(p + "failed/" + std::to_string(peer), std::chrono::milliseconds(1));
+        if (why.ok()) {
+          return make_status(StatusCode::kPeerFailed, "bootstrap: rank %d failed to join: %s",
+                             peer, to_string(why.value()).c_str());
+        }
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+  }
+  if (!waited.ok()) {
+    if (waited.code() != StatusCode::kTimeout) return waited;
+    std::string missing;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (store.get(keys[peer], std::chrono::milliseconds(1)).ok()) continue;
+      missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+    }
+    return make_status(StatusCode::kTimeout,
+                       "bootstrap: rank %d waited %s for ranks that never joined: %s", rank_,
+                       format_duration(config_.timeout).c_str(), missing.c_str());
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const auto ps = std::to_string(peer);
+    EC_ASSIGN_OR_RETURN(Bytes psize, store.get(p + "size/" + ps, config_.timeout));
+    if (to_string(psize) != std::to_string(size_)) {
+      return make_status(StatusCode::kMismatch,
+                         "bootstrap: rank %d was started with world size %s, rank %d with %d",
+                         peer, to_string(psize).c_str(), rank_, size_);
+    }
+    EC_ASSIGN_OR_RETURN(Bytes addr, store.get(p + "addr/" + ps, config_.timeout));
+    EC_RETURN_IF_ERROR(transport_->connect(peer, addr));
+    EC_ASSIGN_OR_RETURN(Bytes inbox, store.get(p + "inbox/" + ps, config_.timeout));
+    EC_RETURN_IF_ERROR(mailbox_->connect_peer(peer, inbox));
+  }
+  return Status::Ok();
+}
+
+void CommCore::submit(std::shared_ptr<Op> op) {
+  Op* raw = op.get();
+  raw->set_key(make_key(0, next_seq_.fetch_add(1, std::memory_order_relaxed)));
+  raw->self = std::move(op);
+  submitting_.fetch_add(1, std::memory_order_seq_cst);
+  if (closing_.load(std::memory_order_seq_cst)) {
+    submitting_.fetch_sub(1, std::memory_order_seq_cst);
+    raw->complete(make_status(StatusCode::kAborted, "the communicator was destroyed"));
+    raw->self.reset();
+    return;
+  }
+  submissions_.push(raw);
+  submitting_.fetch_sub(1, std::memory_order_seq_cst);
+  engine_->kick();
+}
+
+int CommCore::progress() {
+  int events = 0;
+  while (Op* op = submissions_.pop()) {
+    ++events;
+    begin(op);
+  }
+  TransportCompletion buf[64];
+  for (;;) {
+    const size_t n = transport_->poll(buf);
+    for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
+    if (n < std::size(buf)) break;
+  }
+  if (mailbox_->flush()) ++events;
+  events += send_errors();
+  for (size_t i = 0; i < active_.size();) {
+    Op* op = active_[i];
+    Result<int> r = op->advance(ctx_);
+    if (!r.ok()) {
+      fail(op, r.status(), true);
+      ++events;
+      continue;
+    }
+    events += *r;
+    if (op->finished()) {
+      finish(op);
+      ++events;
+      continue;
+    }
+    ++i;
+  }
+  return events;
+}
+
+void CommCore::block(std::chrono::nanoseconds timeout) {
+  // Deferred sends wait for room at a peer, which no notification announces: poll again soon.
+  if (!outgoing_errors_.empty() || mailbox_->has_deferred()) {
+    timeout = std::min<std::chrono::nanoseconds>(timeout, std::chrono::microseconds(50));
+  }
+  transport_->wait(timeout);
+}
+
+void CommCore::interrupt() { transport_->wake(); }
+
+void CommCore::begin(Op* op) {
+  const uint64_t seq = key_seq(op->key());
+  if (seq != begun_) {
+    waiting_[seq] = op;
+    return;
+  }
+  ++begun_;
+  activate(op);
+  for (auto it = waiting_.find(begun_); it != waiting_.end(); it = waiting_.find(begun_)) {
+    Op* next = it->second;
+    waiting_.erase(it);
+    ++begun_;
+    activate(next);
+  }
+}
+
+void CommCore::activate(Op* op) {
+  ++stats_.ops_started;
+  const OpKey key = op->key();
+  by_key_[key] = op;
+  active_.push_back(op);
+  auto early = failed_early_.find(key);
+  if (early != failed_early_.end()) {
+    Status s = early->second;
+    failed_early_.erase(early);
+    fail(op, s, false);
+  } else if (Status gone = gone_status(key_seq(key)); !gone.ok()) {
+    fail(op, gone, false);
+  } else if (!op->precheck_error.ok()) {
+    fail(op, op->precheck_error, true);
+  } else if (Status s = op->start(ctx_); !s.ok()) {
+    fail(op, s, true);
+  }
+  auto stash = unexpected_.find(key);
+  if (stash != unexpected_.end()) {
+    std::vector<InMessage*> messages = std::move(stash->second);
+    unexpected_.erase(stash);
+    for (InMessage* m : messages) dispatch(m);  // to the op, or dropped as stale if it failed
+  }
+}
+
+void CommCore::handle(const TransportCompletion& c, int* events) {
+  MailboxEvent ev = mailbox_->on_completion(c);
+  ++*events;
+  switch (ev.kind) {
+    case MailboxEvent::Kind::kNone:
+      break;
+    case MailboxEvent::Kind::kMessage:
+      dispatch(ev.message);
+      break;
+    case MailboxEvent::Kind::kControl:
+      if ((ev.control >> 24) == kControlPeerExit) on_peer_exit(ev.peer, ev.control & 0xffffffu);
+      break;
+    case MailboxEvent::Kind::kError: {
+      // A peer that breaks the protocol can no longer be trusted with any operation.
+      EC_ERROR(kNet, "rank %d: %s", rank_, ev.error.message().c_str());
+      if (ev.peer >= 0) gone_from_[ev.peer] = 0;
+      std::vector<Op*> doomed = active_;
+      for (Op* op : doomed) fail(op, ev.error, false);
+      break;
+    }
+  }
+}
+
+void CommCore::dispatch(InMessage* m) {
+  const MsgHeader h = read_header(*m);
+  const auto kind = static_cast<MsgKind>(h.kind);
+  auto op_error_status = [&] {
+    const size_t n = std::min<size_t>(m->payload_bytes, 4096);
+    std::string text(reinterpret_cast<const char*>(m->payload), n);
+    const auto code = is_valid_status_code(h.a) ? static_cast<StatusCode>(h.a)
+                                                : StatusCode::kPeerFailed;
+    return Status(code, text);
+  };
+  if (key_stream(h.key) != 0) {
+    EC_WARN(kNet, "rank %d: dropped a message of rank %d for unknown stream %u", rank_, m->peer,
+            key_stream(h.key));
+    mailbox_->release(m);
+    return;
+  }
+  auto it = by_key_.find(h.key);
+  if (it == by_key_.end()) {
+    const uint64_t seq = key_seq(h.key);
+    if (seq >= begun_) {
+      if (kind == MsgKind::kOpError) {
+        Status s = op_error_status();
+        failed_early_[h.key] = s;
+        mailbox_->release(m);
+      } else {
+        ++stats_.unexpected_messages;
+        unexpected_[h.key].push_back(m);
+      }
+    } else {
+      ++stats_.stale_messages;
+      EC_DEBUG(kColl, "rank %d: dropped a message of rank %d for finished operation %s", rank_,
+               m->peer, seq_text(seq).c_str());
+      mailbox_->release(m);
+    }
+    return;
+  }
+  Op* op = it->second;
+  if (kind == MsgKind::kOpError) {
+    Status s = op_error_status();
+    mailbox_->release(m);
+    fail(op, s, false);
+    return;
+  }
+  if (!(h.sig == op->sig())) {
+    const OpSignature& mine = op->sig();
+    OpSignature theirs_args = h.sig, mine_args = mine;
+    theirs_args.reserved = mine_args.reserved = 0;
+    Status s;
+    if (theirs_args == mine_args) {
+      s = make_status(StatusCode::kMismatch,
+                      "%s %s: rank %d and rank %d chose different algorithms; the EAGERCOMM_*"
+                      "_ALGO and *_BYTES settings must be the same on every rank",
+                      describe(mine).c_str(), seq_text(key_seq(h.key)).c_str(), m->peer, rank_);
+    } else {
+      s = make_status(StatusCode::kMismatch, "collective %s: rank %d called %s but rank %d called %s",
+                      seq_text(key_seq(h.key)).c_str(), m->peer, describe(h.sig).c_str(), rank_,
+                      describe(mine).c_str());
+    }
+    mailbox_->release(m);
+    fail(op, s, true);
+    return;
+  }
+  Status s = op->on_message(ctx_, Received{m, h});
+  if (!s.ok()) {
+    mailbox_->release(m);
+    fail(op, s, true);
+  }
+}
+
+uint64_t CommCore::widen_seq(uint32_t low24) const {
+  const int64_t base = static_cast<int64_t>(begun_);
+  int64_t candidate = (base & ~int64_t{0xffffff}) | low24;
+  if (candidate - base > 0x800000) candidate -= 0x1000000;
+  if (base - candidate > 0x800000) candidate += 0x1000000;
+  return static_cast<uint64_t>(std::max<int64_t>(candidate, 0));
+}
+
+Status CommCore::gone_status(uint64_t seq) const {
+  for (int peer = 0; peer < size_; ++peer) {
+    if (gone_from_[peer] >= 0 && seq >= static_cast<uint64_t>(gone_from_[peer])) {
+      return make_status(StatusCode::kPeerFailed,
+                         "rank %d destroyed its communicator before finishing collective %s",
+                         peer, seq_text(seq).c_str());
+    }
+  }
+  return Status::Ok();
+}
+
+void CommCore::on_peer_exit(int peer, uint32_t low_seq) {
+  const uint64_t from = widen_seq(low_seq);
+  EC_INFO(kColl, "rank %d: rank %d left; collectives from %s on fail", rank_, peer,
+          seq_text(from).c_str());
+  gone_from_[peer] = static_cast<int64_t>(from);
+  std::vector<Op*> doomed;
+  for (Op* op : active_) {
+    if (key_seq(op->key()) >= from) doomed.push_back(op);
+  }
+  for (Op* op : doomed) fail(op, gone_status(key_seq(op->key())), false);
+}
+
+void CommCore::fail(Op* op, const Status& status, bool tell_peers) {
+  if (tell_peers) {
+    EC_WARN(kColl, "rank %d: %s", rank_, status.message().c_str());
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_ || (gone_from_[peer] >= 0)) continue;
+      outgoing_errors_.push_back(OutgoingError{peer, op->key(), op->sig(),
+                                               static_cast<uint32_t>(status.code()),
+                                               "rank " + std::to_string(rank_) + " reported: " +
+                                                   status.message()});
+    }
+  } else {
+    EC_DEBUG(kColl, "rank %d: %s", rank_, status.message().c_str());
+  }
+  op->drop_held(ctx_);
+  ++stats_.ops_failed;
+  op->complete(status);
+  retire(op);
+  send_errors();
+}
+
+void CommCore::finish(Op* op) {
+  op->complete(Status::Ok());
+  retire(op);
+}
+
+void CommCore::retire(Op* op) {
+  by_key_.erase(op->key());
+  auto it = std::find(active_.begin(), active_.end(), op);
+  if (it != active_.end()) active_.erase(it);
+  std::shared_ptr<Op> keep = std::move(op->self);  // may be the last reference
+  engine_->notify_waiters();
+}
+
+int CommCore::send_errors() {
+  int sent = 0;
+  for (auto it = outgoing_errors_.begin(); it != outgoing_errors_.end();) {
+    SendSlot slot;
+    if (!mailbox_->try_acquire(it->peer, &slot)) {
+      ++it;
+      continue;
+    }
+    MsgHeader h;
+    h.key = it->key;
+    h.sig = it->sig;
+    h.kind = static_cast<uint32_t>(MsgKind::kOpError);
+    h.a = it->code;
+    std::memcpy(slot.user_header, &h, sizeof(h));
+    const size_t n = std::min(it->text.size(), mailbox_->payload_capacity());
+    std::memcpy(slot.payload, it->text.data(), n);
+    Status s = mailbox_->send(slot, n);
+    if (!s.ok()) EC_WARN(kColl, "rank %d: could not tell rank %d about a failure: %s", rank_,
+                         it->peer, s.to_string().c_str());
+    it = outgoing_errors_.erase(it);
+    ++sent;
+  }
+  return sent;
+}
+
+void CommCore::destroy() {
+  if (!engine_ || engine_->closed()) return;
+  closing_.store(true, std::memory_order_seq_cst);
+  engine_->close([this] {
+    while (submitting_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    while (Op* op = submissions_.pop()) waiting_[key_seq(op->key())] = op;
+    uint64_t lowest = begun_;
+    for (Op* op : active_) lowest = std::min(lowest, key_seq(op->key()));
+    std::vector<Op*> doomed = active_;
+    for (Op* op : doomed) {
+      fail(op,
+           make_status(StatusCode::kAborted, "the communicator was destroyed while %s %s was in "
+                       "flight", describe(op->sig()).c_str(), seq_text(key_seq(op->key())).c_str()),
+           false);
+    }
+    for (auto& [seq, op] : waiting_) {
+      op->complete(make_status(StatusCode::kAborted, "the communicator was destroyed"));
+      op->self.reset();
+    }
+    waiting_.clear();
+    for (auto& [key, messages] : unexpected_) {
+      for (InMessage* m : messages) mailbox_->release(m);
+    }
+    unexpected_.clear();
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      Status s = mailbox_->send_control(peer, (kControlPeerExit << 24) | (lowest & 0xffffffu));
+      if (!s.ok()) EC_DEBUG(kColl, "rank %d: exit notice to rank %d: %s", rank_, peer,
+                            s.to_string().c_str());
+    }
+    // Peers' queues may be full for a moment; give the notices a bounded chance to go out.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (mailbox_->has_deferred() && std::chrono::steady_clock::now() < deadline) {
+      if (!mailbox_->flush()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    EC_DEBUG(kInit, "rank %d: communicator destroyed", rank_);
+  });
+}
+
+MailboxStats CommCore::mailbox_stats() const {
+  MailboxStats out;
+  engine_->run_exclusive([&] { out = mailbox_->stats(); });
+  return out;
+}
+
+CoreStats CommCore::stats() const {
+  CoreStats out;
+  engine_->run_exclusive([&] { out = stats_; });
+  return out;
+}
+
+}  // namespace eagercomm::detail

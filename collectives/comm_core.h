@@ -1,0 +1,113 @@
+// Internal: the engine-side half of a Communicator. Not installed.
+//
+// Owns the transport endpoint, the mailbox and the engine; routes every arrived message to its
+// operation by key after checking the signature; fails operations on every rank when one rank
+// finds a problem; and implements ProgressSource for the engine.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "collectives/op.h"
+#include "runtime/config.h"
+#include "runtime/engine.h"
+#include "runtime/mpsc_queue.h"
+#include "runtime/store.h"
+#include "transport/mailbox.h"
+#include "transport/transport.h"
+
+namespace eagercomm::detail {
+
+struct CoreStats {
+  uint64_t ops_started = 0;
+  uint64_t ops_failed = 0;
+  uint64_t stale_messages = 0;
+  uint64_t unexpected_messages = 0;
+};
+
+class CommCore final : public ProgressSource {
+ public:
+  // Connects to every peer through `store` (keys under `scope`). Blocks until all peers have
+  // published their addresses, or the configured timeout (the error names the missing ranks).
+  static Result<std::shared_ptr<CommCore>> create(Store& store, const std::string& scope, int rank,
+                                                  int size, const Config& config);
+  ~CommCore() override;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const Config& config() const { return config_; }
+  const std::string& transport_name() const { return transport_name_; }
+  size_t payload_capacity() const { return mailbox_->payload_capacity(); }
+  Engine& engine() { return *engine_; }
+
+  // Numbers `op` in the collective stream and hands it to the engine. Any thread.
+  void submit(std::shared_ptr<Op> op);
+
+  // Fails every pending operation, tells the peers, releases the transport. Idempotent.
+  void destroy();
+  bool destroyed() const { return engine_->closed(); }
+
+  MailboxStats mailbox_stats() const;
+  CoreStats stats() const;
+
+  // ProgressSource.
+  int progress() override;
+  void block(std::chrono::nanoseconds timeout) override;
+  void interrupt() override;
+
+ private:
+  CommCore(int rank, int size, const Config& config);
+  Status setup(Store& store, const std::string& scope);
+  Status connect(Store& store, const std::string& scope);
+  void begin(Op* op);
+  void activate(Op* op);
+  void handle(const TransportCompletion& c, int* events);
+  void dispatch(InMessage* m);
+  void on_peer_exit(int peer, uint32_t low_seq);
+  // Fails `op`; with tell_peers, every other rank fails it too with `status`'s message.
+  void fail(Op* op, const Status& status, bool tell_peers);
+  void finish(Op* op);
+  void retire(Op* op);
+  int send_errors();
+  uint64_t widen_seq(uint32_t low24) const;
+  Status gone_status(uint64_t seq) const;
+
+  const int rank_;
+  const int size_;
+  const Config config_;
+  std::string transport_name_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Mailbox> mailbox_;
+  std::unique_ptr<Engine> engine_;
+  OpContext ctx_;
+
+  // Application side.
+  std::atomic<uint64_t> next_seq_{0};
+  MpscQueue<Op> submissions_;
+  std::atomic<bool> closing_{false};
+  std::atomic<int> submitting_{0};  // submit() calls in progress, drained by destroy()
+
+  // Engine side (current driver only).
+  uint64_t begun_ = 0;                       // every sequence below has begun
+  std::map<uint64_t, Op*> waiting_;          // submitted out of order (several app threads)
+  std::vector<Op*> active_;
+  std::unordered_map<OpKey, Op*> by_key_;
+  std::map<OpKey, std::vector<InMessage*>> unexpected_;  // for operations not begun yet
+  std::map<OpKey, Status> failed_early_;                 // errors for operations not begun yet
+  std::vector<int64_t> gone_from_;           // per peer: first sequence it will never run (-1)
+  struct OutgoingError {
+    int peer;
+    OpKey key;
+    OpSignature sig;
+    uint32_t code;
+    std::string text;
+  };
+  std::vector<OutgoingError> outgoing_errors_;
+  CoreStats stats_;
+};
+
+}  // namespace eagercomm::detail

@@ -1,0 +1,283 @@
+#include "collectives/communicator.h"
+
+#include <atomic>
+#include <thread>
+
+#include "collectives/algorithms.h"
+#include "collectives/comm_core.h"
+#include "runtime/log.h"
+
+namespace eagercomm {
+
+using detail::Algo;
+using detail::CollKind;
+using detail::OpSignature;
+
+namespace {
+
+Engine::Clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
+  if (timeout <= std::chrono::nanoseconds::zero()) return Engine::Clock::time_point::max();
+  return Engine::Clock::now() + timeout;
+}
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
+}
+
+// Checks what every collective with a typed buffer needs; returns the buffer's bytes.
+Result<size_t> check_buffer(const char* what, const void* ptr, size_t count, DataType type,
+                            int rank) {
+  if (!is_valid_dtype(static_cast<uint32_t>(type))) {
+    return make_status(StatusCode::kInvalidArgument, "%s on rank %d: data type %u is not a DataType",
+                       what, rank, static_cast<unsigned>(type));
+  }
+  const size_t es = dtype_size(type);
+  if (count > SIZE_MAX / es / 2) {
+    return make_status(StatusCode::kInvalidArgument, "%s on rank %d: count %zu is too large", what,
+                       rank, count);
+  }
+  if (ptr == nullptr && count > 0) {
+    return make_status(StatusCode::kInvalidArgument, "%s on rank %d: null buffer with count %zu",
+                       what, rank, count);
+  }
+  return count * es;
+}
+
+}  // namespace
+
+// ---- Request ----
+
+bool Request::ready() const { return op_ && op_->done(); }
+
+Status Request::test() {
+  if (!op_) return Status(StatusCode::kInvalidArgument, "test() on an empty Request");
+  if (!op_->done()) core_->engine().try_progress();
+  return op_->done() ? op_->status() : in_progress();
+}
+
+Status Request::wait(std::chrono::nanoseconds timeout) {
+  if (!op_) return Status(StatusCode::kInvalidArgument, "wait() on an empty Request");
+  log_set_thread_rank(core_->rank());
+  detail::Op* op = op_.get();
+  if (!core_->engine().wait([op] { return op->done(); }, deadline_after(timeout))) {
+    return make_status(StatusCode::kTimeout, "%s #%llu on rank %d did not finish within %s",
+                       detail::describe(op->sig()).c_str(),
+                       static_cast<unsigned long long>(detail::key_seq(op->key())),
+                       core_->rank(), format_duration(timeout).c_str());
+  }
+  return op->status();
+}
+
+Status Request::wait() {
+  if (!op_) return Status(StatusCode::kInvalidArgument, "wait() on an empty Request");
+  return wait(core_->config().timeout);
+}
+
+// ---- Communicator ----
+
+Communicator::Communicator(std::shared_ptr<detail::CommCore> core) : core_(std::move(core)) {}
+
+Communicator::~Communicator() { destroy(); }
+
+Result<std::unique_ptr<Communicator>> Communicator::create(Store& store, int rank, int size,
+                                                           const CommunicatorOptions& options) {
+  const Config* config = options.config;
+  if (config == nullptr) {
+    const Result<Config>& process = Config::process();
+    if (!process.ok()) return process.status();
+    config = &process.value();
+  }
+  log_set_thread_rank(rank);
+  EC_ASSIGN_OR_RETURN(std::shared_ptr<detail::CommCore> core,
+                      detail::CommCore::create(store, options.scope, rank, size, *config));
+  return std::unique_ptr<Communicator>(new Communicator(std::move(core)));
+}
+
+int Communicator::rank() const { return core_->rank(); }
+int Communicator::size() const { return core_->size(); }
+const std::string& Communicator::transport_name() const { return core_->transport_name(); }
+
+void Communicator::destroy() {
+  if (core_) core_->destroy();
+}
+
+Result<Request> Communicator::submit(std::shared_ptr<detail::Op> op) {
+  log_set_thread_rank(core_->rank());
+  if (core_->destroyed()) {
+    return Status(StatusCode::kAborted, "the communicator was destroyed");
+  }
+  const Status precheck = op->precheck_error;
+  core_->submit(op);
+  if (!precheck.ok()) {
+    // The operation still takes its place in the sequence so that the peers learn about the
+    // failure instead of waiting for this rank; push the notice out now.
+    core_->engine().try_progress();
+    return precheck;
+  }
+  return Request(std::move(op), core_);
+}
+
+Result<Request> Communicator::allreduce_async(const void* send, void* recv, size_t count,
+                                              DataType type, ReduceOp op) {
+  OpSignature sig;
+  sig.coll = static_cast<uint8_t>(CollKind::kAllreduce);
+  sig.dtype = static_cast<uint8_t>(type);
+  sig.redop = static_cast<uint8_t>(op);
+  sig.count = count;
+  Status precheck;
+  Result<size_t> bytes = check_buffer("allreduce", send, count, type, rank());
+  if (bytes.ok()) bytes = check_buffer("allreduce", recv, count, type, rank());
+  if (!bytes.ok()) {
+    precheck = bytes.status();
+  } else if (!is_valid_reduce_op(static_cast<uint32_t>(op))) {
+    precheck = make_status(StatusCode::kInvalidArgument,
+                           "allreduce on rank %d: reduction operator %u is not a ReduceOp", rank(),
+                           static_cast<unsigned>(op));
+  } else if (send != recv && overlaps(send, *bytes, recv, *bytes)) {
+    precheck = make_status(StatusCode::kInvalidArgument,
+                           "allreduce on rank %d: send and receive buffers partially overlap",
+                           rank());
+  }
+  const Config& cfg = core_->config();
+  const size_t n = bytes.ok() ? *bytes : 0;
+  const bool fits = n <= core_->payload_capacity();
+  bool rd = fits && n <= cfg.rd_max_bytes;
+  if (cfg.allreduce_algo == AllreduceAlgo::kRecursiveDoubling) rd = fits;
+  if (cfg.allreduce_algo == AllreduceAlgo::kRing) rd = false;
+  sig.reserved = static_cast<uint8_t>(rd ? Algo::kRecursiveDoubling : Algo::kRing);
+  std::shared_ptr<detail::Op> o = rd ? detail::make_rd_allreduce(sig, send, recv)
+                                     : detail::make_ring_allreduce(sig, send, recv);
+  o->precheck_error = precheck;
+  return submit(std::move(o));
+}
+
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
+                               ReduceOp op) {
+  EC_ASSIGN_OR_RETURN(Request req, allreduce_async(send, recv, count, type, op));
+  return req.wait();
+}
+
+Result<Request> Communicator::broadcast_async(void* buf, size_t count, DataType type, int root) {
+  OpSignature sig;
+  sig.coll = static_cast<uint8_t>(CollKind::kBroadcast);
+  sig.dtype = static_cast<uint8_t>(type);
+  sig.root = root;
+  sig.count = count;
+  Status precheck;
+  Result<size_t> bytes = check_buffer("broadcast", buf, count, type, rank());
+  if (!bytes.ok()) {
+    precheck = bytes.status();
+  } else if (root < 0 || root >= size()) {
+    precheck = make_status(StatusCode::kInvalidArgument,
+                           "broadcast on rank %d: root %d is not a rank of this communicator "
+                           "(size %d)",
+                           rank(), root, size());
+    sig.root = 0;  // keep the tree well formed; the failure still reaches every rank
+  }
+  const Config& cfg = core_->config();
+  bool chain = bytes.ok() && *bytes >= cfg.chain_min_bytes;
+  if (cfg.bcast_algo == BroadcastAlgo::kChain) chain = true;
+  if (cfg.bcast_algo == BroadcastAlgo::kTree) chain = false;
+  sig.reserved = static_cast<uint8_t>(chain ? Algo::kChain : Algo::kTree);
+  auto o = detail::make_broadcast(sig, buf);
+  o->precheck_error = precheck;
+  return submit(std::move(o));
+}
+
+Status Communicator::broadcast(void* buf, size_t count, DataType type, int root) {
+  EC_ASSIGN_OR_RETURN(Request req, broadcast_async(buf, count, type, root));
+  return req.wait();
+}
+
+Result<Request> Communicator::allgather_async(const void* send, void* recv, size_t count,
+                                              DataType type) {
+  OpSignature sig;
+  sig.coll = static_cast<uint8_t>(CollKind::kAllgather);
+  sig.dtype = static_cast<uint8_t>(type);
+  sig.count = count;
+  sig.reserved = static_cast<uint8_t>(Algo::kRing);
+  Status precheck;
+  Result<size_t> bytes = check_buffer("allgather", send, count, type, rank());
+  if (bytes.ok() && count > SIZE_MAX / dtype_size(type) / 2 / static_cast<size_t>(size())) {
+    bytes = make_status(StatusCode::kInvalidArgument, "allgather on rank %d: count %zu is too large",
+                        rank(), count);
+  }
+  if (bytes.ok()) bytes = check_buffer("allgather", recv, count * size(), type, rank());
+  if (!bytes.ok()) {
+    precheck = bytes.status();
+  } else {
+    const size_t block = *bytes / size();
+    const uint8_t* in_place = static_cast<const uint8_t*>(recv) + block * rank();
+    if (send != in_place && overlaps(send, block, recv, *bytes)) {
+      precheck = make_status(StatusCode::kInvalidArgument,
+                             "allgather on rank %d: the send buffer overlaps the receive buffer "
+                             "but is not this rank's block of it",
+                             rank());
+    }
+  }
+  auto o = detail::make_ring_allgather(sig, send, recv);
+  o->precheck_error = precheck;
+  return submit(std::move(o));
+}
+
+Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type) {
+  EC_ASSIGN_OR_RETURN(Request req, allgather_async(send, recv, count, type));
+  return req.wait();
+}
+
+Result<Request> Communicator::barrier_async() {
+  OpSignature sig;
+  sig.coll = static_cast<uint8_t>(CollKind::kBarrier);
+  sig.reserved = static_cast<uint8_t>(Algo::kDissemination);
+  return submit(detail::make_barrier(sig));
+}
+
+Status Communicator::barrier() {
+  EC_ASSIGN_OR_RETURN(Request req, barrier_async());
+  return req.wait();
+}
+
+CommunicatorStats Communicator::stats() const {
+  const detail::CoreStats core = core_->stats();
+  const MailboxStats mail = core_->mailbox_stats();
+  CommunicatorStats out;
+  out.ops_started = core.ops_started;
+  out.ops_failed = core.ops_failed;
+  out.messages_sent = mail.sent;
+  out.messages_received = mail.received;
+  out.spills = mail.spills;
+  out.deferred_sends = mail.deferred;
+  out.unexpected_messages = core.unexpected_messages;
+  out.engine_blocks = core_->engine().stats().blocks;
+  return out;
+}
+
+// ---- In-process world ----
+
+Result<std::vector<std::unique_ptr<Communicator>>> make_inproc_world(
+    int size, const CommunicatorOptions& options) {
+  if (size < 1) {
+    return make_status(StatusCode::kInvalidArgument, "in-process world of %d ranks", size);
+  }
+  static std::atomic<uint64_t> worlds{0};
+  CommunicatorOptions opts = options;
+  opts.scope = options.scope + "/world" + std::to_string(worlds.fetch_add(1));
+  HashStore store;
+  std::vector<Result<std::unique_ptr<Communicator>>> results;
+  results.reserve(size);
+  for (int r = 0; r < size; ++r) results.emplace_back(Status(StatusCode::kInternal, "not created"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] { results[r] = Communicator::create(store, r, size, opts); });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& r : results) {
+    if (!r.ok()) return r.status();
+    comms.push_back(std::move(r).value());
+  }
+  return comms;
+}
+
+}  // namespace eagercomm

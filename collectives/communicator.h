@@ -1,0 +1,140 @@
+// The public entry point: a Communicator is one rank's handle on a group of ranks, offering
+// non-blocking collectives (start -> Request -> test / wait) and blocking wrappers.
+//
+//   auto world = eagercomm::make_inproc_world(4);            // 4 ranks as threads
+//   // on rank r's thread:
+//   eagercomm::Communicator& comm = *world.value()[r];
+//   std::vector<float> grad(1 << 20, 1.0f);
+//   eagercomm::Status s = comm.allreduce(grad.data(), grad.data(), grad.size(),
+//                                        eagercomm::DataType::kFloat32,
+//                                        eagercomm::ReduceOp::kSum);  // in place
+//
+// Rules, as in MPI and NCCL: every rank calls the same collectives in the same order with
+// matching arguments (count, type, operator, root). When they do not, every rank's call fails
+// with kMismatch and a message naming the rank and both argument lists; no buffer is written
+// with wrong data. Several collectives may be in flight at once; they complete independently.
+// Buffers must stay valid and unmodified (inputs) until the request completes.
+//
+// Threading: a Communicator may be used from several threads, but the order of collective
+// calls must be the same on every rank, which is only well defined when one thread calls them
+// (or the threads order their calls). wait() drives progress on the calling thread; with
+// EAGERCOMM_PROGRESS_THREAD=on a background thread also drives it, so requests progress while
+// the application computes.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/dtype.h"
+#include "runtime/config.h"
+#include "runtime/status.h"
+#include "runtime/store.h"
+
+namespace eagercomm {
+
+namespace detail {
+class CommCore;
+class Op;
+}  // namespace detail
+
+// A collective in flight. Copyable; all copies refer to the same operation. A default-built
+// Request is invalid (test/wait return kInvalidArgument).
+class Request {
+ public:
+  Request() = default;
+  bool valid() const { return op_ != nullptr; }
+  // True once the operation has finished (successfully or not). Does not drive progress: with
+  // no progress thread, only test() or wait() move the operation forward.
+  bool ready() const;
+  // kOk when finished successfully, kInProgress while running, otherwise the error. Makes one
+  // progress pass when no other thread is driving.
+  Status test();
+  // Blocks until the operation finishes (its Status) or `timeout` passes (kTimeout; the
+  // operation keeps running and may be waited for again).
+  Status wait(std::chrono::nanoseconds timeout);
+  // wait() with EAGERCOMM_TIMEOUT (0: forever).
+  Status wait();
+
+ private:
+  friend class Communicator;
+  Request(std::shared_ptr<detail::Op> op, std::shared_ptr<detail::CommCore> core)
+      : op_(std::move(op)), core_(std::move(core)) {}
+  std::shared_ptr<detail::Op> op_;
+  std::shared_ptr<detail::CommCore> core_;
+};
+
+struct CommunicatorOptions {
+  // Configuration to use; null means the process configuration (EAGERCOMM_* variables).
+  const Config* config = nullptr;
+  // Prefix of this communicator's keys in the store (several communicators may share one).
+  std::string scope = "eagercomm";
+};
+
+struct CommunicatorStats {
+  uint64_t ops_started = 0;
+  uint64_t ops_failed = 0;
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  uint64_t spills = 0;            // messages copied out of a mailbox slot to keep a peer going
+  uint64_t deferred_sends = 0;    // sends retried after transport back-pressure
+  uint64_t unexpected_messages = 0;
+  uint64_t engine_blocks = 0;     // times a driver went to sleep waiting for peers
+};
+
+class Communicator {
+ public:
+  // Joins the group of `size` ranks that bootstrap through `store`, as `rank`. Blocks until
+  // every rank has joined or EAGERCOMM_TIMEOUT passes (the error names the missing ranks).
+  static Result<std::unique_ptr<Communicator>> create(Store& store, int rank, int size,
+                                                      const CommunicatorOptions& options = {});
+  ~Communicator();  // destroy()
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  // The transport in use ("inproc", ...).
+  const std::string& transport_name() const;
+
+  // recv = op over ranks of send, elementwise. send == recv is in place. Buffers of
+  // `count` elements; any count, including 0.
+  Result<Request> allreduce_async(const void* send, void* recv, size_t count, DataType type,
+                                  ReduceOp op);
+  Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+
+  // buf on every rank = buf on `root`.
+  Result<Request> broadcast_async(void* buf, size_t count, DataType type, int root);
+  Status broadcast(void* buf, size_t count, DataType type, int root);
+
+  // recv (size * count elements) = the concatenation of every rank's send (count elements),
+  // in rank order. send == recv + rank * count (in bytes of type) is in place.
+  Result<Request> allgather_async(const void* send, void* recv, size_t count, DataType type);
+  Status allgather(const void* send, void* recv, size_t count, DataType type);
+
+  Result<Request> barrier_async();
+  Status barrier();
+
+  // Fails every pending request with kAborted, tells the peers (their collectives that need
+  // this rank fail with kPeerFailed instead of hanging) and releases the transport. Later
+  // calls return kAborted. Idempotent; the destructor calls it.
+  void destroy();
+
+  // Counters, read consistently with the engine.
+  CommunicatorStats stats() const;
+
+ private:
+  explicit Communicator(std::shared_ptr<detail::CommCore> core);
+  Result<Request> submit(std::shared_ptr<detail::Op> op);
+  std::shared_ptr<detail::CommCore> core_;
+};
+
+// Creates `size` communicators connected to each other in this process (ranks as threads),
+// through an in-memory store. Rank r's communicator is element r. Each communicator may then
+// be used from its own thread.
+Result<std::vector<std::unique_ptr<Communicator>>> make_inproc_world(
+    int size, const CommunicatorOptions& options = {});
+
+}  // namespace eagercomm

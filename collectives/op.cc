@@ -1,0 +1,64 @@
+#include "collectives/op.h"
+
+#include <cstring>
+
+namespace eagercomm::detail {
+
+const char* coll_kind_name(CollKind kind) {
+  switch (kind) {
+    case CollKind::kAllreduce: return "allreduce";
+    case CollKind::kBroadcast: return "broadcast";
+    case CollKind::kAllgather: return "allgather";
+    case CollKind::kBarrier: return "barrier";
+  }
+  return "unknown collective";
+}
+
+std::string describe(const OpSignature& sig) {
+  const auto kind = static_cast<CollKind>(sig.coll);
+  const char* name = coll_kind_name(kind);
+  const std::string type =
+      is_valid_dtype(sig.dtype) ? std::string(dtype_name(static_cast<DataType>(sig.dtype))) : "?";
+  const std::string op = is_valid_reduce_op(sig.redop)
+                             ? std::string(reduce_op_name(static_cast<ReduceOp>(sig.redop)))
+                             : "?";
+  char buf[160];
+  switch (kind) {
+    case CollKind::kAllreduce:
+      snprintf(buf, sizeof(buf), "%s(count=%llu, %s, %s)", name,
+               static_cast<unsigned long long>(sig.count), type.c_str(), op.c_str());
+      break;
+    case CollKind::kBroadcast:
+      snprintf(buf, sizeof(buf), "%s(count=%llu, %s, root=%d)", name,
+               static_cast<unsigned long long>(sig.count), type.c_str(), sig.root);
+      break;
+    case CollKind::kAllgather:
+      snprintf(buf, sizeof(buf), "%s(count=%llu, %s)", name,
+               static_cast<unsigned long long>(sig.count), type.c_str());
+      break;
+    default:
+      snprintf(buf, sizeof(buf), "%s", name);
+  }
+  return buf;
+}
+
+MsgHeader read_header(const InMessage& m) {
+  MsgHeader h;
+  std::memcpy(&h, m.user_header, sizeof(h));
+  return h;
+}
+
+Status Op::send(OpContext& ctx, const SendSlot& slot, MsgKind kind, uint32_t step, uint64_t a,
+                uint64_t b, size_t payload_bytes) {
+  MsgHeader h;
+  h.key = key_;
+  h.sig = sig_;
+  h.kind = static_cast<uint32_t>(kind);
+  h.step = step;
+  h.a = a;
+  h.b = b;
+  std::memcpy(slot.user_header, &h, sizeof(h));
+  return ctx.mailbox->send(slot, payload_bytes);
+}
+
+}  // namespace eagercomm::detail

@@ -1,0 +1,162 @@
+// Internal: the pieces every collective state machine shares. Not installed.
+//
+// A collective operation is an Op: created by the application thread, handed to the engine
+// through the submission queue, then advanced only by the engine's current driver. Its
+// messages carry a MsgHeader (the 48-byte user header of a mailbox slot) with the operation's
+// key and signature, so that the receiver routes them and checks that both ranks called the
+// same collective with the same arguments before touching any data.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "collectives/dtype.h"
+#include "runtime/config.h"
+#include "runtime/mpsc_queue.h"
+#include "runtime/status.h"
+#include "transport/mailbox.h"
+
+namespace eagercomm::detail {
+
+enum class CollKind : uint8_t { kAllreduce = 1, kBroadcast, kAllgather, kBarrier };
+const char* coll_kind_name(CollKind kind);
+
+// What every rank must agree on for one collective call.
+struct OpSignature {
+  uint8_t coll = 0;
+  uint8_t dtype = 0;
+  uint8_t redop = 0;
+  uint8_t reserved = 0;
+  int32_t root = 0;
+  uint64_t count = 0;
+  bool operator==(const OpSignature&) const = default;
+};
+static_assert(sizeof(OpSignature) == 16);
+// "allreduce(count=10, f32, sum)".
+std::string describe(const OpSignature& sig);
+
+// Operation key: the stream (0: the communicator's collectives) and the call's sequence number
+// in that stream. Every rank numbers its calls in the same order (as MPI requires).
+using OpKey = uint64_t;
+inline OpKey make_key(uint32_t stream, uint64_t seq) {
+  return (static_cast<uint64_t>(stream) << 48) | (seq & 0xffffffffffffull);
+}
+inline uint32_t key_stream(OpKey key) { return static_cast<uint32_t>(key >> 48); }
+inline uint64_t key_seq(OpKey key) { return key & 0xffffffffffffull; }
+
+enum class MsgKind : uint32_t {
+  kData = 1,      // algorithm data
+  kAck = 2,       // broadcast: the sender's subtree checked the signature
+  kConfirm = 3,   // broadcast: every rank checked it
+  kOpError = 4,   // the sender failed this operation; payload: the reason (text)
+  kPeerExit = 5,  // the sender destroyed its communicator; key: its first unstarted sequence
+};
+
+struct MsgHeader {
+  OpKey key = 0;
+  OpSignature sig;
+  uint32_t kind = 0;
+  uint32_t step = 0;
+  uint64_t a = 0;  // algorithm-specific: chunk index, element offset
+  uint64_t b = 0;
+};
+static_assert(sizeof(MsgHeader) == kUserHeaderBytes);
+
+MsgHeader read_header(const InMessage& m);
+
+struct Received {
+  InMessage* message;
+  MsgHeader header;
+};
+
+// What an operation sees of its communicator while the engine advances it.
+struct OpContext {
+  int rank;
+  int size;
+  Mailbox* mailbox;
+  const Config* config;
+};
+
+class Op : public MpscNode {
+ public:
+  Op(OpSignature sig) : sig_(sig) {}
+  virtual ~Op() = default;
+
+  const OpSignature& sig() const { return sig_; }
+  OpKey key() const { return key_; }
+  void set_key(OpKey key) { key_ = key; }
+
+  // Engine side. start() runs once; then on_message() for each of its messages (signature
+  // already checked) and advance() on every progress pass until finished() or an error.
+  virtual Status start(OpContext& ctx) = 0;
+  virtual Status on_message(OpContext& ctx, const Received& r) = 0;
+  // Returns the number of steps taken (0: waiting), or an error.
+  virtual Result<int> advance(OpContext& ctx) = 0;
+  virtual bool finished() const = 0;
+  // Releases every message the operation still holds (on failure or abort).
+  virtual void drop_held(OpContext& ctx) = 0;
+
+  // Completion, visible to the application thread.
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  const Status& status() const { return status_; }  // valid once done()
+  void complete(Status status) {
+    status_ = std::move(status);
+    done_.store(true, std::memory_order_release);
+  }
+
+  // A local error found before start (bad arguments): the engine fails the operation on
+  // every rank with it instead of starting it.
+  Status precheck_error;
+
+  // The engine's reference while the operation is queued or active.
+  std::shared_ptr<Op> self;
+
+ protected:
+  // Fills a slot's header and sends it.
+  Status send(OpContext& ctx, const SendSlot& slot, MsgKind kind, uint32_t step, uint64_t a,
+              uint64_t b, size_t payload_bytes);
+  OpSignature sig_;
+  OpKey key_ = 0;
+
+ private:
+  std::atomic<bool> done_{false};
+  Status status_;
+};
+
+// A FIFO of received messages per peer, for operations that consume them in order.
+class PeerQueues {
+ public:
+  explicit PeerQueues(int size) : queues_(size) {}
+  void push(const Received& r) { queues_[r.message->peer].push_back(r); }
+  bool empty(int peer) const { return queues_[peer].empty(); }
+  const Received& front(int peer) const { return queues_[peer].front(); }
+  void pop_release(OpContext& ctx, int peer) {
+    ctx.mailbox->release(queues_[peer].front().message);
+    queues_[peer].pop_front();
+  }
+  void drop_all(OpContext& ctx) {
+    for (auto& q : queues_) {
+      for (auto& r : q) ctx.mailbox->release(r.message);
+      q.clear();
+    }
+  }
+
+ private:
+  std::vector<std::deque<Received>> queues_;
+};
+
+// Element range [begin, begin + count) of part `index` when `total` elements are split into
+// `parts` near-equal parts (the first total % parts parts get one more).
+struct Span {
+  size_t begin;
+  size_t count;
+};
+inline Span split(size_t total, size_t parts, size_t index) {
+  const size_t base = total / parts, extra = total % parts;
+  return Span{index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+}  // namespace eagercomm::detail

@@ -1,0 +1,94 @@
+// The typed table of EAGERCOMM_* variables.
+//
+// Every knob of the runtime is one row of one table (name, type, default, unit, accepted
+// values, doc), read once per process from the environment. A bad value is an error naming
+// the variable and what it accepts; an unknown EAGERCOMM_* name is a warning (a typo must not
+// silently fall back to a default). eagercomm-info prints every row with its value and where
+// that value came from. Programs and tests may build a Config from any name -> value map.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace eagercomm {
+
+enum class LogLevel : uint8_t { kError = 0, kWarn, kInfo, kDebug, kTrace };
+
+// Where a variable's value in force came from.
+enum class ConfigSource : uint8_t { kDefault, kEnvironment, kOverride };
+
+enum class ProgressThreadMode : uint8_t { kAuto, kOn, kOff };
+enum class AllreduceAlgo : uint8_t { kAuto, kRecursiveDoubling, kRing };
+enum class BroadcastAlgo : uint8_t { kAuto, kTree, kChain };
+
+// The values in force. Field names mirror the variables (EAGERCOMM_SLOT_BYTES -> slot_bytes).
+struct Config {
+  std::string transport = "auto";                   // auto|inproc|shm|ucx|verbs
+  LogLevel log_level = LogLevel::kWarn;             // error|warn|info|debug|trace
+  std::string log_subsys = "all";                   // comma list, "all", or "^net,coll"
+  std::string log_file;                             // empty: stderr; %h host, %p pid
+  std::chrono::nanoseconds timeout = std::chrono::seconds(300);  // 0: wait forever
+  std::chrono::nanoseconds spin = std::chrono::microseconds(20);  // idle poll before blocking
+  ProgressThreadMode progress_thread = ProgressThreadMode::kAuto;
+  size_t slot_bytes = 256 * 1024;                   // one mailbox slot, header included
+  uint32_t slots = 8;                               // mailbox slots per peer pair
+  AllreduceAlgo allreduce_algo = AllreduceAlgo::kAuto;
+  size_t rd_max_bytes = 16 * 1024;                  // recursive doubling up to this size
+  BroadcastAlgo bcast_algo = BroadcastAlgo::kAuto;
+  size_t chain_min_bytes = 256 * 1024;              // broadcast by chain from this size
+  bool direct = true;                               // store into mapped peer memory if offered
+
+  // Parses `env` (only its EAGERCOMM_* entries matter). Errors name the variable, the bad
+  // value and the accepted values; all bad variables are reported in one Status.
+  static Result<Config> load(const std::map<std::string, std::string>& env);
+  // Loads from this process's environment.
+  static Result<Config> from_environ();
+  // The process-wide configuration, read from the environment once, on first use. Returns the
+  // same error every time when the environment is bad.
+  static const Result<Config>& process();
+
+  // Sets one variable by name as an override (source kOverride), with the same checks.
+  Status set(std::string_view name, std::string_view value);
+
+  // One row per variable, in table order, for eagercomm-info.
+  struct Row {
+    std::string name;      // "EAGERCOMM_SLOT_BYTES"
+    std::string value;     // the value in force, formatted ("256KiB", "20us", "warn")
+    std::string source;    // "default", "environment", "override"
+    std::string accepted;  // "auto|inproc|shm|ucx|verbs", "size (4KiB..64MiB)", ...
+    std::string doc;
+    std::string default_value;  // the table's default text ("256KiB"); parses to Config{}'s value
+  };
+  std::vector<Row> describe() const;
+
+  // EAGERCOMM_* names found in the environment given to load() that the table does not know.
+  std::vector<std::string> unknown_names;
+
+  ConfigSource source_of(std::string_view name) const;
+
+  // The known variable nearest to `unknown_name` (optimal-string-alignment edit distance at
+  // most 2, first in table order on ties), or "" when none is that close. Used for the
+  // "did you mean EAGERCOMM_TIMEOUT?" hint on unknown names. Thread-safe (pure).
+  static std::string suggest_name(std::string_view unknown_name);
+
+ private:
+  std::map<std::string, ConfigSource, std::less<>> sources_;
+};
+
+// Helpers shared with command-line parsing (bench flags use the same units as the table).
+// "256k", "256KiB", "1M", "64MiB", "4096" -> bytes.
+Result<size_t> parse_size(std::string_view text);
+// "20us", "5ms", "30s", "2m", "0" -> duration (a bare number means seconds).
+Result<std::chrono::nanoseconds> parse_duration(std::string_view text);
+// "1M" style for printing: exact binary units when exact ("256KiB"), bytes otherwise.
+std::string format_size(size_t bytes);
+std::string format_duration(std::chrono::nanoseconds d);
+
+}  // namespace eagercomm

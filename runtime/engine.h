@@ -1,0 +1,109 @@
+// The progress engine: who runs the communication state machines, and how idle ranks sleep.
+//
+// One engine per communicator. Exactly one thread at a time *drives* it (holds the driver
+// token) and calls ProgressSource::progress(). The driver is either
+//   - the caller that waits: wait() takes the token and drives inline, so a blocking
+//     collective runs on the caller's thread with no thread hop; or
+//   - the engine's own progress thread (when enabled), which drives while application threads
+//     compute. That is what lets a rank take part in a partial-collective round between two of
+//     its own calls. When an application thread waits, the progress thread hands the token
+//     over (the waiter interrupts it) and parks until the token is free again.
+// A driver with nothing to do spins for `spin` (EAGERCOMM_SPIN), then blocks in
+// ProgressSource::block() (the transport's wait), so ranks that outnumber cores do not steal
+// the core from the rank they wait for. Waiters that do not drive sleep on an event count that
+// the driver rings after completing operations.
+//
+// Thread-safety: every public member may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "runtime/event_count.h"
+#include "runtime/status.h"
+
+namespace eagercomm {
+
+// What the engine drives (the communicator's core implements it).
+class ProgressSource {
+ public:
+  virtual ~ProgressSource() = default;
+  // Does the work that is ready, without blocking. Returns how many events it handled (0:
+  // idle). Called by the current driver only.
+  virtual int progress() = 0;
+  // Blocks until progress() may have work, interrupt() is called, or the timeout passes.
+  // Called by the current driver only.
+  virtual void block(std::chrono::nanoseconds timeout) = 0;
+  // Makes the current or the next block() return promptly. Any thread.
+  virtual void interrupt() = 0;
+};
+
+struct EngineOptions {
+  std::chrono::nanoseconds spin = std::chrono::microseconds(20);
+  int rank = -1;  // for the progress thread's log lines
+};
+
+class Engine {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Engine(ProgressSource& source, const EngineOptions& options);
+  ~Engine();  // stops the progress thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Starts / stops the dedicated progress thread. Idempotent.
+  void start_thread();
+  void stop_thread();
+  bool has_thread() const { return thread_.joinable(); }
+
+  // Tells the driver that new work was submitted (wakes it when it sleeps).
+  void kick() { source_.interrupt(); }
+
+  // Returns when done() is true (true) or at `deadline` (false). Drives inline when it can.
+  // done() must become true through progress made by some driver.
+  bool wait(const std::function<bool()>& done, Clock::time_point deadline);
+
+  // One progress pass if no other thread is driving; returns the events handled.
+  int try_progress();
+
+  // Drivers call this after completing operations, to wake non-driving waiters.
+  void notify_waiters() { state_.notify_all(); }
+
+  // Takes the driver token (asking the progress thread to hand it over), runs `fn`, and gives
+  // the token back. For reading state the driver owns (statistics) from another thread.
+  void run_exclusive(const std::function<void()>& fn);
+
+  // Stops all driving (the progress thread exits, inline drivers return), takes the token,
+  // runs `fn` as the last driver, and leaves the engine closed: later wait() calls only sleep
+  // until done() holds (fn must make it hold, e.g. by failing every pending operation).
+  void close(const std::function<void()>& fn);
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+  struct Stats {
+    uint64_t blocks = 0;  // times a driver went to sleep in block()
+  };
+  Stats stats() const { return Stats{blocks_.load(std::memory_order_relaxed)}; }
+
+ private:
+  bool try_acquire();
+  void release();
+  // Drives until stop() is true or the deadline passes; returns stop()'s last value.
+  bool drive(const std::function<bool()>& stop, Clock::time_point deadline);
+  void thread_main();
+
+  ProgressSource& source_;
+  const EngineOptions options_;
+  std::atomic<bool> driver_{false};     // the token
+  std::atomic<int> want_{0};            // application threads waiting to take the token
+  std::atomic<bool> stop_thread_{false};
+  std::atomic<bool> closing_{false};
+  std::atomic<bool> closed_{false};
+  std::atomic<uint64_t> blocks_{0};
+  EventCount state_;                    // rung on token release and on completions
+  std::thread thread_;
+};
+
+}  // namespace eagercomm

@@ -1,0 +1,479 @@
+// Every collective against a reference computed in f64 / i64, for many rank counts, element
+// counts, types, operators, in place and out of place; back-to-back and concurrent use;
+// destroy while idle and while in flight.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "tests/typed_buffer.h"
+#include "tests/world_harness.h"
+
+namespace eagercomm::test {
+namespace {
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr size_t kLargeCount = (64 << 10) + 3;  // sanitizers: keep the run short
+#else
+constexpr size_t kLargeCount = (1 << 20) + 3;
+#endif
+
+// Small integers: every sum over up to 16 ranks is exact in every type, bf16 included.
+double value(int rank, size_t i, uint64_t salt) {
+  return static_cast<double>(static_cast<int64_t>((i * 7 + rank * 13 + salt * 5) % 17) - 8);
+}
+
+double combine(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return a + b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+  }
+  return 0;
+}
+
+std::vector<size_t> counts_for(int P) {
+  std::vector<size_t> c = {0, 1, static_cast<size_t>(P - 1), static_cast<size_t>(P + 1),
+                           kLargeCount};
+  std::sort(c.begin(), c.end());
+  c.erase(std::unique(c.begin(), c.end()), c.end());
+  return c;
+}
+
+// Runs one allreduce on every rank and checks every element of every rank's output.
+void check_allreduce(World& w, size_t count, DataType type, ReduceOp op, bool in_place,
+                     uint64_t salt) {
+  const int P = w.size();
+  std::vector<TypedBuffer> in(P), out(P);
+  for (int r = 0; r < P; ++r) {
+    in[r] = TypedBuffer(type, count);
+    out[r] = TypedBuffer(type, count);
+    for (size_t i = 0; i < count; ++i) {
+      in[r].set(i, value(r, i, salt));
+      out[r].set(i, -99);  // poison: an element not written shows up
+    }
+  }
+  std::vector<Status> status(P);
+  w.run([&](int r, Communicator& c) {
+    if (in_place) {
+      status[r] = c.allreduce(in[r].data(), in[r].data(), count, type, op);
+    } else {
+      status[r] = c.allreduce(in[r].data(), out[r].data(), count, type, op);
+    }
+  });
+  for (int r = 0; r < P; ++r) {
+    ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r].to_string();
+  }
+  for (size_t i = 0; i < count; ++i) {
+    double expect = value(0, i, salt);
+    for (int r = 1; r < P; ++r) expect = combine(op, expect, value(r, i, salt));
+    for (int r = 0; r < P; ++r) {
+      const double got = in_place ? in[r].get(i) : out[r].get(i);
+      if (got != expect) {
+        FAIL() << "P=" << P << " count=" << count << " " << dtype_name(type) << " "
+               << reduce_op_name(op) << (in_place ? " in-place" : " out-of-place") << ": rank " << r
+               << " element " << i << " = " << got << ", expected " << expect;
+      }
+      if (!in_place && in[r].get(i) != value(r, i, salt)) {
+        FAIL() << "rank " << r << " input element " << i << " was modified";
+      }
+    }
+  }
+}
+
+class CollectivesBySize : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectivesBySize, AllreduceEveryTypeOpCountAndPlacement) {
+  const int P = GetParam();
+  auto w = World::make(P, test_config());
+  ASSERT_EQ(w->size(), P);
+  uint64_t salt = 0;
+  for (size_t count : counts_for(P)) {
+    for (DataType type : kAllDataTypes) {
+      for (ReduceOp op : kAllReduceOps) {
+        for (bool in_place : {false, true}) {
+          check_allreduce(*w, count, type, op, in_place, ++salt);
+          if (HasFatalFailure() || HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CollectivesBySize, BroadcastFromEveryRoot) {
+  const int P = GetParam();
+  auto w = World::make(P, test_config());
+  for (size_t count : counts_for(P)) {
+    for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
+      for (int root = 0; root < P; root += (P > 4 ? P / 3 : 1)) {
+        std::vector<TypedBuffer> buf(P);
+        for (int r = 0; r < P; ++r) {
+          buf[r] = TypedBuffer(type, count);
+          for (size_t i = 0; i < count; ++i) buf[r].set(i, r == root ? value(root, i, 3) : -99);
+        }
+        std::vector<Status> st(P);
+        w->run(
+            [&](int r, Communicator& c) { st[r] = c.broadcast(buf[r].data(), count, type, root); });
+        for (int r = 0; r < P; ++r) {
+          ASSERT_TRUE(st[r].ok()) << st[r].to_string();
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(buf[r].get(i), value(root, i, 3))
+                << "P=" << P << " root=" << root << " rank " << r << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CollectivesBySize, AllgatherInPlaceAndOutOfPlace) {
+  const int P = GetParam();
+  auto w = World::make(P, test_config());
+  for (size_t count : counts_for(P)) {
+    const size_t per_rank = std::min<size_t>(count, kLargeCount / P + 1);
+    for (DataType type : {DataType::kFloat64, DataType::kBFloat16, DataType::kInt32}) {
+      for (bool in_place : {false, true}) {
+        std::vector<TypedBuffer> in(P), out(P);
+        for (int r = 0; r < P; ++r) {
+          in[r] = TypedBuffer(type, per_rank);
+          out[r] = TypedBuffer(type, per_rank * P);
+          for (size_t i = 0; i < per_rank * P; ++i) out[r].set(i, -99);
+          for (size_t i = 0; i < per_rank; ++i) {
+            in[r].set(i, value(r, i, 11));
+            if (in_place) out[r].set(r * per_rank + i, value(r, i, 11));
+          }
+        }
+        std::vector<Status> st(P);
+        w->run([&](int r, Communicator& c) {
+          const uint8_t* send = in_place ? static_cast<const uint8_t*>(out[r].data()) +
+                                               r * per_rank * dtype_size(type)
+                                         : static_cast<const uint8_t*>(in[r].data());
+          st[r] = c.allgather(send, out[r].data(), per_rank, type);
+        });
+        for (int r = 0; r < P; ++r) {
+          ASSERT_TRUE(st[r].ok()) << st[r].to_string();
+          for (int g = 0; g < P; ++g) {
+            for (size_t i = 0; i < per_rank; ++i) {
+              ASSERT_EQ(out[r].get(g * per_rank + i), value(g, i, 11))
+                  << "P=" << P << " rank " << r << " block " << g << " element " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CollectivesBySize, BarrierHoldsEveryoneBack) {
+  const int P = GetParam();
+  auto w = World::make(P, test_config());
+  std::atomic<int> arrived{0};
+  std::atomic<bool> early{false};
+  for (int round = 0; round < 20; ++round) {
+    arrived = 0;
+    w->run([&](int r, Communicator& c) {
+      if (r == round % P) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      arrived.fetch_add(1);
+      ASSERT_TRUE(c.barrier().ok());
+      if (arrived.load() != P) early = true;
+    });
+  }
+  EXPECT_FALSE(early.load()) << "a rank left a barrier before every rank had entered it";
+}
+
+INSTANTIATE_TEST_SUITE_P(P, CollectivesBySize, ::testing::Values(1, 2, 3, 4, 5, 7, 8, 16),
+                         [](const auto& info) { return "P" + std::to_string(info.param); });
+
+// Real-valued data: the result matches the f64 reference within rounding, and every rank holds
+// the same bits (the property partial collectives build on).
+TEST(Collectives, RealValuedAllreduceIsBitIdenticalOnEveryRank) {
+  for (int P : {3, 4, 7}) {
+    for (size_t count : {size_t{5}, size_t{4099}, kLargeCount}) {
+      auto w = World::make(P, test_config());
+      std::vector<std::vector<float>> buf(P, std::vector<float>(count));
+      std::mt19937 rng(P * 31 + count);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (auto& b : buf)
+        for (auto& x : b) x = dist(rng);
+      std::vector<double> ref(count, 0.0);
+      for (auto& b : buf)
+        for (size_t i = 0; i < count; ++i) ref[i] += b[i];
+      w->run([&](int r, Communicator& c) {
+        ASSERT_TRUE(
+            c.allreduce(buf[r].data(), buf[r].data(), count, DataType::kFloat32, ReduceOp::kSum)
+                .ok());
+      });
+      for (int r = 1; r < P; ++r) {
+        ASSERT_EQ(0, std::memcmp(buf[0].data(), buf[r].data(), count * sizeof(float)))
+            << "rank " << r << " differs from rank 0 (P=" << P << ", count=" << count << ")";
+      }
+      for (size_t i = 0; i < count; ++i) ASSERT_NEAR(buf[0][i], ref[i], 1e-5 * P);
+    }
+  }
+}
+
+// The staged path (what UCX and verbs use: fill a local slot, then write), tiny slots (many
+// chunks, few credits, spills under pressure), and forced algorithms.
+TEST(Collectives, StagedPathTinySlotsAndForcedAlgorithms) {
+  const std::vector<std::vector<std::pair<std::string, std::string>>> configs = {
+      {{"EAGERCOMM_DIRECT", "0"}},
+      {{"EAGERCOMM_SLOT_BYTES", "4KiB"}, {"EAGERCOMM_SLOTS", "2"}},
+      {{"EAGERCOMM_DIRECT", "0"}, {"EAGERCOMM_SLOT_BYTES", "4KiB"}, {"EAGERCOMM_SLOTS", "3"}},
+      {{"EAGERCOMM_ALLREDUCE_ALGO", "ring"}, {"EAGERCOMM_BCAST_ALGO", "chain"}},
+      {{"EAGERCOMM_ALLREDUCE_ALGO", "rd"}, {"EAGERCOMM_BCAST_ALGO", "tree"}},
+  };
+  for (const auto& overrides : configs) {
+    for (int P : {2, 3, 5, 8}) {
+      auto w = World::make(P, test_config(overrides));
+      for (size_t count :
+           {size_t{0}, size_t{1}, static_cast<size_t>(P + 1), size_t{3000}, size_t{70001}}) {
+        check_allreduce(*w, count, DataType::kFloat32, ReduceOp::kSum, false, count);
+        check_allreduce(*w, count, DataType::kInt64, ReduceOp::kMax, true, count + 1);
+        if (HasFailure()) {
+          ADD_FAILURE() << "with overrides starting " << overrides[0].first << "="
+                        << overrides[0].second;
+          return;
+        }
+        std::vector<TypedBuffer> buf(P);
+        for (int r = 0; r < P; ++r) {
+          buf[r] = TypedBuffer(DataType::kInt32, count);
+          for (size_t i = 0; i < count; ++i) buf[r].set(i, r == P - 1 ? value(9, i, 0) : 0);
+        }
+        w->run([&](int r, Communicator& c) {
+          ASSERT_TRUE(c.broadcast(buf[r].data(), count, DataType::kInt32, P - 1).ok());
+        });
+        for (int r = 0; r < P; ++r) {
+          for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf[r].get(i), value(9, i, 0));
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, ThousandBackToBackCollectivesWithDistinctData) {
+  const int P = 4;
+  auto w = World::make(P, test_config());
+  std::atomic<int> wrong{0};
+  w->run([&](int r, Communicator& c) {
+    std::vector<int32_t> buf;
+    for (int it = 0; it < 1000; ++it) {
+      const size_t count = (it % 3 == 0) ? 3 : (it % 3 == 1 ? 1000 : 100003);
+      buf.assign(count, 0);
+      for (size_t i = 0; i < count; ++i) buf[i] = static_cast<int32_t>(it * 10 + r + i % 5);
+      if (!c.allreduce(buf.data(), buf.data(), count, DataType::kInt32, ReduceOp::kSum).ok()) {
+        wrong.fetch_add(1);
+        return;
+      }
+      for (size_t i = 0; i < count; ++i) {
+        const int32_t expect = static_cast<int32_t>(P * (it * 10 + i % 5) + P * (P - 1) / 2);
+        if (buf[i] != expect) {
+          wrong.fetch_add(1);
+          break;
+        }
+      }
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(Collectives, SeveralInFlightAtOnceCompleteIndependently) {
+  const int P = 5;
+  auto w =
+      World::make(P, test_config({{"EAGERCOMM_SLOT_BYTES", "8KiB"}, {"EAGERCOMM_SLOTS", "4"}}));
+  std::atomic<int> failures{0};
+  w->run([&](int r, Communicator& c) {
+    constexpr int kOps = 12;
+    std::vector<std::vector<int64_t>> bufs(kOps);
+    std::vector<Request> reqs;
+    for (int k = 0; k < kOps; ++k) {
+      const size_t count = k % 2 ? 20000 + k : 3 + k;
+      bufs[k].resize(k % 4 == 3 ? count * P : count);
+      Result<Request> req = Status(StatusCode::kInternal, "unset");
+      if (k % 4 == 3) {
+        for (size_t i = 0; i < count; ++i) bufs[k][r * count + i] = r * 1000 + k;
+        req =
+            c.allgather_async(bufs[k].data() + r * count, bufs[k].data(), count, DataType::kInt64);
+      } else if (k % 4 == 2) {
+        for (auto& x : bufs[k]) x = r == k % P ? k * 7 : -1;
+        req = c.broadcast_async(bufs[k].data(), count, DataType::kInt64, k % P);
+      } else {
+        for (auto& x : bufs[k]) x = r + k;
+        req = c.allreduce_async(bufs[k].data(), bufs[k].data(), count, DataType::kInt64,
+                                ReduceOp::kSum);
+      }
+      if (!req.ok()) {
+        failures++;
+        return;
+      }
+      reqs.push_back(req.value());
+    }
+    Result<Request> bar = c.barrier_async();
+    if (!bar.ok()) {
+      failures++;
+      return;
+    }
+    reqs.push_back(bar.value());
+    // Wait in reverse order of submission.
+    for (int k = static_cast<int>(reqs.size()) - 1; k >= 0; --k) {
+      if (!reqs[k].wait().ok()) failures++;
+    }
+    for (int k = 0; k < kOps; ++k) {
+      const size_t count = k % 2 ? 20000 + k : 3 + k;
+      for (size_t i = 0; i < bufs[k].size(); ++i) {
+        int64_t expect;
+        if (k % 4 == 3)
+          expect = static_cast<int64_t>(i / count) * 1000 + k;
+        else if (k % 4 == 2)
+          expect = k * 7;
+        else
+          expect = static_cast<int64_t>(P) * k + P * (P - 1) / 2;
+        if (bufs[k][i] != expect) {
+          failures++;
+          break;
+        }
+      }
+    }
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(Collectives, TestPollsUntilDone) {
+  auto w = World::make(3, test_config());
+  w->run([&](int r, Communicator& c) {
+    std::vector<float> buf(50000, static_cast<float>(r));
+    Result<Request> req =
+        c.allreduce_async(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_TRUE(req.ok());
+    Status s;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while ((s = req.value().test()).code() == StatusCode::kInProgress &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(buf[123], 3.0f);
+  });
+}
+
+TEST(Collectives, ProgressThreadDrivesWhileTheApplicationComputes) {
+  auto w = World::make(4, test_config({{"EAGERCOMM_PROGRESS_THREAD", "on"}}));
+  w->run([&](int r, Communicator& c) {
+    std::vector<float> buf(300000, 1.0f + r);
+    Result<Request> req =
+        c.allreduce_async(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_TRUE(req.ok());
+    // Never call test() or wait() until the operation is done: only the progress threads
+    // can finish it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!req.value().ready() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(req.value().wait().ok());
+    EXPECT_EQ(buf[0], 10.0f);
+    // Inline waits still work with the thread present (the token is handed over).
+    for (int i = 0; i < 200; ++i) {
+      float x = 1.0f;
+      ASSERT_TRUE(c.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+      ASSERT_EQ(x, 4.0f);
+    }
+  });
+}
+
+TEST(Collectives, DestroyWhileIdleIsClean) {
+  for (int P : {1, 2, 5}) {
+    auto w = World::make(P, test_config());
+    w->run([](int, Communicator& c) { ASSERT_TRUE(c.barrier().ok()); });
+    w->run([](int, Communicator& c) { c.destroy(); });
+    w->run([](int, Communicator& c) {
+      float x = 0;
+      EXPECT_EQ(c.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).code(),
+                StatusCode::kAborted);
+    });
+  }
+}
+
+TEST(Collectives, DestroyWhileInFlightFailsEveryoneCleanly) {
+  const int P = 4;
+  auto w = World::make(P, test_config());
+  std::vector<Status> st(P);
+  std::vector<float> buf(P * 100000, 1.0f);
+  w->run([&](int r, Communicator& c) {
+    float* mine = buf.data() + r * 100000;
+    if (r == P - 1) {
+      // Never calls the collective: destroys its communicator while the others are in it.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      c.destroy();
+      return;
+    }
+    Result<Request> req = c.allreduce_async(mine, mine, 100000, DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_TRUE(req.ok());
+    st[r] = req.value().wait(std::chrono::seconds(60));
+  });
+  for (int r = 0; r < P - 1; ++r) {
+    EXPECT_EQ(st[r].code(), StatusCode::kPeerFailed) << st[r].to_string();
+    EXPECT_NE(st[r].message().find("rank 3"), std::string::npos) << st[r].message();
+  }
+  // A later collective fails at once instead of hanging.
+  w->run([&](int r, Communicator& c) {
+    if (r == P - 1) return;
+    float x = 1;
+    EXPECT_EQ(c.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).code(),
+              StatusCode::kPeerFailed);
+  });
+}
+
+TEST(Collectives, DestroyWithOwnRequestPendingAbortsIt) {
+  auto w = World::make(2, test_config());
+  std::vector<float> buf(1000, 1.0f);
+  Result<Request> req = (*w)[0].allreduce_async(buf.data(), buf.data(), buf.size(),
+                                                DataType::kFloat32, ReduceOp::kSum);
+  ASSERT_TRUE(req.ok());
+  (*w)[0].destroy();
+  EXPECT_EQ(req.value().wait(std::chrono::seconds(10)).code(), StatusCode::kAborted);
+  float x = 1;
+  EXPECT_EQ((*w)[1].allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).code(),
+            StatusCode::kPeerFailed);
+}
+
+TEST(Collectives, NormalShutdownOrderDoesNotFailSlowerRanks) {
+  // Rank 0 finishes its last collective and destroys at once; the others are still finishing
+  // theirs and must succeed.
+  for (int round = 0; round < 20; ++round) {
+    const int P = 3;
+    auto w = World::make(P, test_config());
+    std::vector<Status> st(P);
+    w->run([&](int r, Communicator& c) {
+      std::vector<float> buf(200000, 1.0f);
+      if (r != 0) std::this_thread::sleep_for(std::chrono::microseconds(200 * r));
+      st[r] = c.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+      if (r == 0) c.destroy();
+    });
+    for (int r = 0; r < P; ++r)
+      ASSERT_TRUE(st[r].ok()) << "round " << round << " rank " << r << ": " << st[r].to_string();
+  }
+}
+
+TEST(Collectives, TimeoutWhenAPeerNeverCallsLeavesTheRequestUsable) {
+  auto w = World::make(2, test_config());
+  float a = 1, b = 2;
+  Result<Request> req = (*w)[0].allreduce_async(&a, &a, 1, DataType::kFloat32, ReduceOp::kSum);
+  ASSERT_TRUE(req.ok());
+  Status s = req.value().wait(std::chrono::milliseconds(50));
+  EXPECT_EQ(s.code(), StatusCode::kTimeout);
+  EXPECT_NE(s.message().find("allreduce"), std::string::npos) << s.message();
+  std::thread other(
+      [&] { EXPECT_TRUE((*w)[1].allreduce(&b, &b, 1, DataType::kFloat32, ReduceOp::kSum).ok()); });
+  EXPECT_TRUE(req.value().wait(std::chrono::seconds(60)).ok());
+  other.join();
+  EXPECT_EQ(a, 3.0f);
+  EXPECT_EQ(b, 3.0f);
+}
+
+}  // namespace
+}  // namespace eagercomm::test

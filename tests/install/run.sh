@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Installs an eagercomm build into a temporary prefix and checks that a separate project can
+# use it: through find_package(eagercomm) and through pkg-config. Exits non-zero on any failure.
+#
+# usage: tests/install/run.sh <build-dir>
+# env:   EAGERCOMM_CMAKE (cmake to use), EAGERCOMM_CXX (compiler; default: the build's),
+#        EAGERCOMM_KEEP_TMP=1 keeps the temporary prefix for inspection.
+set -euo pipefail
+
+if [[ $# -ne 1 || ! -f "$1/CMakeCache.txt" ]]; then
+  echo "usage: $0 <configured and built eagercomm build directory>" >&2
+  exit 2
+fi
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source_root=$(cd "$here/../.." && pwd)
+build=$(cd "$1" && pwd)
+cmake=${EAGERCOMM_CMAKE:-cmake}
+cxx=${EAGERCOMM_CXX:-$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")}
+cxx=${cxx:-c++}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/eagercomm-install.XXXXXX")
+cleanup() {
+  if [[ ${EAGERCOMM_KEEP_TMP:-0} == 1 ]]; then
+    echo "kept $tmp"
+  else
+    rm -rf "$tmp"
+  fi
+}
+trap cleanup EXIT
+prefix=$tmp/prefix
+
+step() { echo "== $*"; }
+fail() {
+  echo "install_consumer: FAIL: $*" >&2
+  exit 1
+}
+
+step "cmake --install $build --prefix $prefix"
+"$cmake" --install "$build" --prefix "$prefix" >"$tmp/install.log" || {
+  cat "$tmp/install.log"
+  fail "cmake --install failed"
+}
+
+step "checking the installed layout"
+library=$(find "$prefix" -name 'libeagercomm.so' -print -quit)
+[[ -n $library ]] || fail "no libeagercomm.so (development symlink) under $prefix"
+libdir=$(dirname "$library")
+soname=$(readelf -d "$library" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[[ -n $soname ]] || fail "$library has no SONAME"
+[[ -e $libdir/$soname ]] || fail "SONAME $soname is not installed next to $library"
+echo "library $library (SONAME $soname)"
+
+include=$prefix/include/eagercomm
+for folder in runtime transport collectives; do
+  for header in "$source_root/$folder"/*.h; do
+    [[ -e $header ]] || continue  # the folder has no header yet
+    [[ -f $include/$folder/$(basename "$header") ]] ||
+      fail "header $folder/$(basename "$header") is not installed"
+  done
+done
+config_header=$include/runtime/build_config.h
+[[ -f $config_header ]] || fail "runtime/build_config.h is not installed"
+grep -q '^#define EAGERCOMM_HAVE_UCX [01]$' "$config_header" ||
+  fail "build_config.h lacks EAGERCOMM_HAVE_UCX 0/1"
+[[ -f $libdir/cmake/eagercomm/eagercommConfig.cmake ]] || fail "no eagercommConfig.cmake"
+[[ -f $libdir/cmake/eagercomm/eagercommConfigVersion.cmake ]] ||
+  fail "no eagercommConfigVersion.cmake"
+[[ -f $libdir/pkgconfig/eagercomm.pc ]] || fail "no pkgconfig/eagercomm.pc"
+
+# Tools built in the tree must be installed and find the library through their RPATH.
+for tool in eagercomm-info eagercomm-bench; do
+  if find "$build" -name "$tool" -type f -perm -u+x -print -quit | grep -q .; then
+    [[ -x $prefix/bin/$tool ]] || fail "$tool was built but is not installed"
+    if ! readelf -d "$prefix/bin/$tool" | grep -q 'NEEDED.*\[libeagercomm'; then
+      echo "tool $tool (does not load libeagercomm)"
+      continue
+    fi
+    resolved=$(env -u LD_LIBRARY_PATH ldd "$prefix/bin/$tool" |
+      awk '$1 ~ /^libeagercomm/ {print $3}')
+    [[ $resolved == "$prefix"/* ]] ||
+      fail "$prefix/bin/$tool resolves libeagercomm to '${resolved:-nothing}', not into the prefix"
+    echo "tool $tool -> $resolved"
+  fi
+done
+
+run_consumer() {
+  local output
+  output=$(LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@") ||
+    fail "$* exited with status $?"
+  echo "$output"
+  [[ $output == OK* ]] || fail "$* printed '$output', not OK"
+}
+
+step "CMake consumer: find_package(eagercomm) + eagercomm::eagercomm"
+generator=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+"$cmake" -S "$here" -B "$tmp/consumer" "${generator[@]}" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_COMPILER="$cxx" \
+  -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+  -DEAGERCOMM_EXPECT_PREFIX="$prefix" >"$tmp/consumer-configure.log" || {
+  cat "$tmp/consumer-configure.log"
+  fail "configuring the CMake consumer failed"
+}
+grep 'eagercomm .* from' "$tmp/consumer-configure.log" || true
+"$cmake" --build "$tmp/consumer" >"$tmp/consumer-build.log" || {
+  cat "$tmp/consumer-build.log"
+  fail "building the CMake consumer failed"
+}
+run_consumer "$tmp/consumer/eagercomm_consumer"
+
+step "pkg-config consumer: g++ \$(pkg-config --cflags --libs eagercomm)"
+export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+pkg-config --exists --print-errors eagercomm || fail "pkg-config does not find eagercomm"
+pc_libdir=$(pkg-config --variable=libdir eagercomm)
+[[ $(cd "$pc_libdir" && pwd -P) == $(cd "$libdir" && pwd -P) ]] ||
+  fail "eagercomm.pc points libdir at $pc_libdir, not $libdir"
+flags=$(pkg-config --cflags --libs eagercomm)
+echo "eagercomm $(pkg-config --modversion eagercomm): $flags"
+# shellcheck disable=SC2086  # the flags are meant to be split into words
+"$cxx" -std=c++20 "$here/main.cc" $flags -o "$tmp/consumer_pkgconfig" ||
+  fail "compiling the pkg-config consumer failed"
+run_consumer "$tmp/consumer_pkgconfig"
+
+echo "install_consumer: PASS"

@@ -1,0 +1,73 @@
+// eagercomm-info: what this build of eagercomm is, what it can use here, and the value of
+// every EAGERCOMM_* variable with where that value came from (like ucx_info -c and NCCL's
+// INFO lines). Exits non-zero, with the reason, when the environment holds a bad value.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "collectives/reduce_kernels.h"
+#include "runtime/build_config.h"
+#include "runtime/config.h"
+#include "transport/registry.h"
+
+namespace {
+
+void usage() {
+  std::printf(
+      "usage: eagercomm-info [-c] [-t] [-h]\n"
+      "  (no option)  everything\n"
+      "  -c           configuration variables only\n"
+      "  -t           transports only\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool show_config = true, show_transports = true, show_build = true;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "-c")) {
+      show_transports = show_build = false;
+    } else if (!std::strcmp(argv[i], "-t")) {
+      show_config = show_build = false;
+    } else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
+      usage();
+      return 0;
+    } else {
+      std::fprintf(stderr, "eagercomm-info: unknown option '%s'\n", argv[i]);
+      usage();
+      return 2;
+    }
+  }
+  const auto& config = eagercomm::Config::process();
+  if (!config.ok()) {
+    std::fprintf(stderr, "eagercomm-info: %s\n", config.status().to_string().c_str());
+    return 1;
+  }
+  if (show_build) {
+    std::printf("# eagercomm %s (%s)\n", EAGERCOMM_VERSION_STRING, EAGERCOMM_BUILD_TYPE);
+    std::printf("#   optional dependencies: ucx=%d verbs=%d cuda=%d mpi=%d torch=%d\n",
+                EAGERCOMM_HAVE_UCX, EAGERCOMM_HAVE_VERBS, EAGERCOMM_HAVE_CUDA, EAGERCOMM_HAVE_MPI,
+                EAGERCOMM_HAVE_TORCH);
+    std::printf("#   reduction kernels: %s\n", eagercomm::reduce_kernels_isa());
+  }
+  if (show_transports) {
+    std::printf("#\n# transports\n");
+    for (const auto& t : eagercomm::list_transports()) {
+      std::printf("#   %-7s compiled=%-3s available=%-3s %s%s%s\n", t.name.c_str(),
+                  t.compiled ? "yes" : "no", t.available ? "yes" : "no", t.description.c_str(),
+                  t.available ? "" : " -- ", t.available ? "" : t.reason.c_str());
+    }
+  }
+  if (show_config) {
+    std::printf("#\n# configuration (value, source, accepted values)\n");
+    for (const auto& row : config.value().describe()) {
+      std::printf("%s=%s\n", row.name.c_str(), row.value.c_str());
+      std::printf("#   source: %s; accepts: %s\n#   %s\n", row.source.c_str(),
+                  row.accepted.c_str(), row.doc.c_str());
+    }
+    for (const auto& name : config.value().unknown_names) {
+      std::printf("# warning: unknown variable %s\n", name.c_str());
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,354 @@
+#include "transport/inproc_transport.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "runtime/bounded_queue.h"
+#include "runtime/event_count.h"
+#include "runtime/log.h"
+
+namespace eagercomm {
+namespace {
+
+constexpr uint32_t kKeyMagic = 0x50494345;  // "ECIP"
+
+struct Note {
+  int32_t peer;
+  uint32_t tag;
+};
+
+// Memory reachable by every rank of the fabric. Anonymous mmap keeps untouched pages
+// uncommitted, so large mailboxes of peers that never talk cost address space only.
+struct Block {
+  void* data = nullptr;
+  size_t size = 0;
+  bool owned = false;
+  ~Block() {
+    if (owned && data) munmap(data, size);
+  }
+};
+
+struct PackedKey {
+  uint32_t magic;
+  int32_t owner;
+  uint64_t fabric_id;
+  uint64_t block_id;
+  uint64_t size;
+};
+
+// Per-rank receive side, owned by the fabric so that it outlives the endpoint.
+struct Mailroom {
+  explicit Mailroom(size_t capacity) : notes(capacity) {}
+  BoundedQueue<Note> notes;
+  EventCount event;
+  std::atomic<bool> woken{false};
+};
+
+class Fabric {
+ public:
+  Fabric(uint64_t id, int size, size_t queue_capacity) : id_(id) {
+    rooms_.reserve(size);
+    for (int i = 0; i < size; ++i) rooms_.push_back(std::make_unique<Mailroom>(queue_capacity));
+  }
+  uint64_t id() const { return id_; }
+  int size() const { return static_cast<int>(rooms_.size()); }
+  Mailroom& room(int rank) { return *rooms_[rank]; }
+
+  uint64_t add_block(std::shared_ptr<Block> block) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t bid = next_block_++;
+    blocks_[bid] = std::move(block);
+    return bid;
+  }
+  void remove_block(uint64_t bid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_.erase(bid);
+  }
+  std::shared_ptr<Block> find_block(uint64_t bid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(bid);
+    return it == blocks_.end() ? nullptr : it->second;
+  }
+
+ private:
+  const uint64_t id_;
+  std::vector<std::unique_ptr<Mailroom>> rooms_;
+  std::mutex mu_;  // guards the block table: registration and import only, never data
+  uint64_t next_block_ = 1;
+  std::map<uint64_t, std::shared_ptr<Block>> blocks_;
+};
+
+// Process-wide directory of fabrics, so ranks bootstrapped through a store find each other.
+struct FabricDirectory {
+  std::mutex mu;
+  uint64_t next_id = 1;
+  std::map<uint64_t, std::weak_ptr<Fabric>> fabrics;
+};
+FabricDirectory& directory() {
+  static FabricDirectory d;
+  return d;
+}
+
+class InprocRegion final : public MemoryRegion {
+ public:
+  InprocRegion(std::shared_ptr<Fabric> fabric, std::shared_ptr<Block> block, uint64_t bid,
+               int owner, MemoryKind kind)
+      : MemoryRegion(block->data, block->size, kind),
+        fabric_(std::move(fabric)),
+        block_(std::move(block)),
+        bid_(bid) {
+    PackedKey key{kKeyMagic, owner, fabric_->id(), bid, block_->size};
+    remote_key_.resize(sizeof(key));
+    std::memcpy(remote_key_.data(), &key, sizeof(key));
+  }
+  ~InprocRegion() override { fabric_->remove_block(bid_); }
+
+ private:
+  std::shared_ptr<Fabric> fabric_;
+  std::shared_ptr<Block> block_;  // peers' imports share it
+  uint64_t bid_;
+};
+
+class InprocRemote final : public RemoteRegion {
+ public:
+  InprocRemote(int peer, std::shared_ptr<Block> block)
+      : RemoteRegion(peer, block->size), block_(std::move(block)) {}
+  uint8_t* base() const { return static_cast<uint8_t*>(block_->data); }
+
+ private:
+  std::shared_ptr<Block> block_;
+};
+
+class InprocTransport final : public Transport {
+ public:
+  InprocTransport(int rank, int size, std::shared_ptr<Fabric> fabric)
+      : Transport(rank, size), fabric_(std::move(fabric)), room_(fabric_->room(rank)) {}
+
+  std::string_view name() const override { return "inproc"; }
+
+  Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes, MemoryKind kind) override {
+    EC_RETURN_IF_ERROR(check_kind(kind));
+    auto block = std::make_shared<Block>();
+    block->size = bytes;
+    if (bytes > 0) {
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) {
+        EC_ERROR(kMem, "inproc: mmap of %zu bytes failed: %m", bytes);
+        return make_status(StatusCode::kNoMemory, "inproc: cannot allocate %zu bytes", bytes);
+      }
+      block->data = p;
+      block->owned = true;
+    }
+    const uint64_t bid = fabric_->add_block(block);
+    return std::unique_ptr<MemoryRegion>(
+        std::make_unique<InprocRegion>(fabric_, std::move(block), bid, rank(), kind));
+  }
+
+  Result<std::unique_ptr<MemoryRegion>> register_memory(void* data, size_t bytes,
+                                                        MemoryKind kind) override {
+    EC_RETURN_IF_ERROR(check_kind(kind));
+    if (data == nullptr && bytes > 0) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "inproc: cannot register a null pointer with %zu bytes", bytes);
+    }
+    auto block = std::make_shared<Block>();
+    block->data = data;
+    block->size = bytes;
+    const uint64_t bid = fabric_->add_block(block);
+    return std::unique_ptr<MemoryRegion>(
+        std::make_unique<InprocRegion>(fabric_, std::move(block), bid, rank(), kind));
+  }
+
+  Result<std::unique_ptr<RemoteRegion>> import_region(int peer,
+                                                      std::span<const uint8_t> key) override {
+    EC_RETURN_IF_ERROR(check_peer(peer));
+    PackedKey k;
+    if (key.size() != sizeof(k)) {
+      return make_status(StatusCode::kProtocolError,
+                         "inproc: remote key from rank %d has %zu bytes, expected %zu", peer,
+                         key.size(), sizeof(k));
+    }
+    std::memcpy(&k, key.data(), sizeof(k));
+    if (k.magic != kKeyMagic || k.fabric_id != fabric_->id() || k.owner != peer) {
+      return make_status(StatusCode::kProtocolError,
+                         "inproc: remote key from rank %d is not an inproc key of this fabric",
+                         peer);
+    }
+    std::shared_ptr<Block> block = fabric_->find_block(k.block_id);
+    if (!block || block->size != k.size) {
+      return make_status(StatusCode::kProtocolError,
+                         "inproc: remote key from rank %d names a region that does not exist",
+                         peer);
+    }
+    return std::unique_ptr<RemoteRegion>(std::make_unique<InprocRemote>(peer, std::move(block)));
+  }
+
+  std::vector<uint8_t> local_address() const override {
+    std::vector<uint8_t> a(sizeof(int32_t));
+    const int32_t r = rank();
+    std::memcpy(a.data(), &r, sizeof(r));
+    return a;
+  }
+
+  Status connect(int peer, std::span<const uint8_t> address) override {
+    EC_RETURN_IF_ERROR(check_peer(peer));
+    int32_t r = -1;
+    if (address.size() == sizeof(r)) std::memcpy(&r, address.data(), sizeof(r));
+    if (r != peer) {
+      return make_status(StatusCode::kProtocolError, "inproc: bad address blob for rank %d",
+                         peer);
+    }
+    return Status::Ok();
+  }
+
+  Status write(const MemoryRegion& local, size_t local_offset, const RemoteRegion& remote,
+               size_t remote_offset, size_t bytes, uint32_t tag, uint64_t cookie) override {
+    const auto& dst = static_cast<const InprocRemote&>(remote);
+    if (local_offset > local.size() || bytes > local.size() - local_offset ||
+        remote_offset > remote.size() || bytes > remote.size() - remote_offset) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "inproc: write of %zu bytes out of bounds (local %zu+%zu of %zu, remote "
+                         "%zu+%zu of %zu)",
+                         bytes, local_offset, bytes, local.size(), remote_offset, bytes,
+                         remote.size());
+    }
+    if (!has_room(remote.peer())) return Status(StatusCode::kBusy, {});
+    if (bytes > 0) {
+      std::memcpy(dst.base() + remote_offset, static_cast<const uint8_t*>(local.data()) + local_offset,
+                  bytes);
+    }
+    EC_RETURN_IF_ERROR(deliver(remote.peer(), tag));
+    done_.push_back(TransportCompletion{TransportCompletion::Kind::kWriteDone, remote.peer(), tag,
+                                        cookie});
+    return Status::Ok();
+  }
+
+  Status notify(int peer, uint32_t tag) override {
+    EC_RETURN_IF_ERROR(check_peer(peer));
+    return deliver(peer, tag);
+  }
+
+  void* mapped_address(const RemoteRegion& remote) override {
+    return static_cast<const InprocRemote&>(remote).base();
+  }
+
+  size_t poll(std::span<TransportCompletion> out) override {
+    size_t n = 0;
+    while (n < out.size() && done_head_ < done_.size()) out[n++] = done_[done_head_++];
+    if (done_head_ == done_.size()) {
+      done_.clear();
+      done_head_ = 0;
+    }
+    Note note;
+    while (n < out.size() && room_.notes.try_pop(note)) {
+      out[n++] = TransportCompletion{TransportCompletion::Kind::kNotify, note.peer, note.tag, 0};
+    }
+    return n;
+  }
+
+  void wait(std::chrono::nanoseconds timeout) override {
+    if (room_.woken.exchange(false, std::memory_order_acq_rel)) return;
+    const EventCount::Ticket ticket = room_.event.prepare_wait();
+    if (room_.notes.size_approx() > 0 || done_head_ < done_.size() ||
+        room_.woken.exchange(false, std::memory_order_acq_rel)) {
+      room_.event.cancel_wait();
+      return;
+    }
+    room_.event.commit_wait(ticket, timeout);
+  }
+
+  void wake() override {
+    room_.woken.store(true, std::memory_order_release);
+    room_.event.notify_all();
+  }
+
+ private:
+  Status check_kind(MemoryKind kind) const {
+    if (kind == MemoryKind::kHost) return Status::Ok();
+    return make_status(StatusCode::kNotSupported,
+                       "inproc: memory kind %s is not supported by this build (host only)",
+                       std::string(memory_kind_name(kind)).c_str());
+  }
+  Status check_peer(int peer) const {
+    if (peer >= 0 && peer < size()) return Status::Ok();
+    return make_status(StatusCode::kInvalidArgument, "inproc: peer rank %d out of range [0, %d)",
+                       peer, size());
+  }
+  bool has_room(int peer) {
+    Mailroom& r = fabric_->room(peer);
+    return r.notes.size_approx() < r.notes.capacity();
+  }
+  Status deliver(int peer, uint32_t tag) {
+    Mailroom& r = fabric_->room(peer);
+    if (!r.notes.try_push(Note{rank(), tag})) return Status(StatusCode::kBusy, {});
+    r.event.notify_all();
+    return Status::Ok();
+  }
+
+  std::shared_ptr<Fabric> fabric_;
+  Mailroom& room_;
+  std::vector<TransportCompletion> done_;  // local write completions not yet polled
+  size_t done_head_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> create_inproc_transport(const TransportParams& params) {
+  if (params.store == nullptr || params.config == nullptr) {
+    return make_status(StatusCode::kInvalidArgument, "inproc: a store and a config are required");
+  }
+  const std::string key = params.scope + "/inproc/fabric";
+  // Enough room for every peer's full mailbox of data and credits plus control traffic, so
+  // kBusy only shows up under abuse.
+  size_t capacity = 64;
+  while (capacity < static_cast<size_t>(params.size) * params.config->slots * 4 + 256) capacity *= 2;
+
+  std::shared_ptr<Fabric> fabric;
+  if (params.rank == 0) {
+    FabricDirectory& d = directory();
+    {
+      std::lock_guard<std::mutex> lock(d.mu);
+      fabric = std::make_shared<Fabric>(d.next_id++, params.size, capacity);
+      d.fabrics[fabric->id()] = fabric;
+    }
+    const std::string value = std::to_string(getpid()) + ":" + std::to_string(fabric->id());
+    EC_RETURN_IF_ERROR(params.store->set(key, to_bytes(value)));
+  } else {
+    EC_ASSIGN_OR_RETURN(Bytes raw, params.store->get(key, params.config->timeout));
+    const std::string value = to_string(raw);
+    long pid = 0;
+    unsigned long long id = 0;
+    if (sscanf(value.c_str(), "%ld:%llu", &pid, &id) != 2) {
+      return make_status(StatusCode::kProtocolError, "inproc: bad fabric record '%s'",
+                         value.c_str());
+    }
+    if (pid != getpid()) {
+      return make_status(StatusCode::kUnavailable,
+                         "inproc: rank 0 runs in process %ld, this rank in %ld; the inproc "
+                         "transport needs every rank in one process (use shm or ucx)",
+                         pid, static_cast<long>(getpid()));
+    }
+    FabricDirectory& d = directory();
+    std::lock_guard<std::mutex> lock(d.mu);
+    auto it = d.fabrics.find(id);
+    if (it != d.fabrics.end()) fabric = it->second.lock();
+    if (!fabric) {
+      return make_status(StatusCode::kPeerFailed, "inproc: the fabric of rank 0 is gone");
+    }
+    if (fabric->size() != params.size) {
+      return make_status(StatusCode::kMismatch,
+                         "inproc: rank 0 was started with world size %d, rank %d with %d",
+                         fabric->size(), params.rank, params.size);
+    }
+  }
+  return std::unique_ptr<Transport>(
+      std::make_unique<InprocTransport>(params.rank, params.size, std::move(fabric)));
+}
+
+}  // namespace eagercomm

@@ -1,0 +1,24 @@
+// The `inproc` backend: ranks are threads of one process.
+//
+// A one-sided write is a memcpy into the peer's registered memory followed by a notification
+// pushed onto the peer's lock-free queue with release ordering; the peer's poll() pops it with
+// acquire ordering, so the data is visible before the tag is. Peers' memory is directly
+// addressable, so mapped_address() lets the runtime store straight into a peer's mailbox.
+//
+// The ranks of one communicator share a fabric (queues, event counts, allocated blocks). Rank 0
+// creates it and publishes its id through the bootstrap store; the others look it up in this
+// process. Memory a rank allocated stays alive while any peer still holds an imported region of
+// it, so a late write into a destroyed rank's mailbox never touches freed memory.
+#pragma once
+
+#include <memory>
+
+#include "runtime/status.h"
+#include "transport/registry.h"
+#include "transport/transport.h"
+
+namespace eagercomm {
+
+Result<std::unique_ptr<Transport>> create_inproc_transport(const TransportParams& params);
+
+}  // namespace eagercomm

@@ -1,0 +1,301 @@
+#include "transport/mailbox.h"
+
+#include <cstring>
+
+#include "runtime/log.h"
+
+namespace eagercomm {
+namespace {
+
+constexpr uint32_t kSlotMagic = 0x3142414d;  // "MAB1"
+
+struct MailboxHeader {
+  uint32_t magic;
+  uint32_t payload_bytes;
+  uint32_t seq;
+  uint32_t reserved;
+};
+static_assert(sizeof(MailboxHeader) == kMailboxHeaderBytes);
+
+uint64_t all_slots_mask(uint32_t slots) {
+  return slots >= 64 ? ~uint64_t{0} : (uint64_t{1} << slots) - 1;
+}
+
+}  // namespace
+
+Mailbox::Mailbox(Transport& transport, const MailboxOptions& options)
+    : transport_(transport),
+      slot_bytes_(options.slot_bytes),
+      slots_(options.slots),
+      direct_(options.direct),
+      peers_(transport.size()) {
+  for (Peer& p : peers_) {
+    p.free_mask = all_slots_mask(slots_);
+    p.held.assign(slots_, nullptr);
+  }
+}
+
+Mailbox::~Mailbox() = default;
+
+Result<std::unique_ptr<Mailbox>> Mailbox::create(Transport& transport,
+                                                 const MailboxOptions& options) {
+  if (options.slots < 2 || options.slots > kMaxSlots) {
+    return make_status(StatusCode::kInvalidArgument, "mailbox: %u slots per peer (accepted 2..%u)",
+                       options.slots, kMaxSlots);
+  }
+  if (options.slot_bytes < kSlotHeaderBytes + 64 || options.slot_bytes % 64 != 0) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "mailbox: slot of %zu bytes (needs a multiple of 64, at least %zu)",
+                       options.slot_bytes, kSlotHeaderBytes + 64);
+  }
+  std::unique_ptr<Mailbox> box(new Mailbox(transport, options));
+  const size_t bytes = static_cast<size_t>(transport.size()) * options.slots * options.slot_bytes;
+  EC_ASSIGN_OR_RETURN(box->inbox_, transport.allocate(bytes, MemoryKind::kHost));
+  return box;
+}
+
+const std::vector<uint8_t>& Mailbox::inbox_key() const { return inbox_->remote_key(); }
+
+uint8_t* Mailbox::inbox_slot(int sender, uint32_t slot) const {
+  return static_cast<uint8_t*>(inbox_->data()) +
+         (static_cast<size_t>(sender) * slots_ + slot) * slot_bytes_;
+}
+
+uint8_t* Mailbox::staging_slot(int peer, uint32_t slot) const {
+  return static_cast<uint8_t*>(staging_->data()) +
+         (static_cast<size_t>(peer) * slots_ + slot) * slot_bytes_;
+}
+
+Status Mailbox::connect_peer(int peer, std::span<const uint8_t> inbox_key) {
+  if (peer < 0 || peer >= transport_.size()) {
+    return make_status(StatusCode::kInvalidArgument, "mailbox: peer %d out of range", peer);
+  }
+  Peer& p = peers_[peer];
+  EC_ASSIGN_OR_RETURN(p.remote, transport_.import_region(peer, inbox_key));
+  const size_t need = static_cast<size_t>(transport_.size()) * slots_ * slot_bytes_;
+  if (p.remote->size() != need) {
+    return make_status(StatusCode::kMismatch,
+                       "mailbox: rank %d's inbox has %zu bytes, this rank expects %zu (do the "
+                       "ranks use the same EAGERCOMM_SLOTS and EAGERCOMM_SLOT_BYTES?)",
+                       peer, p.remote->size(), need);
+  }
+  p.remote_offset = static_cast<size_t>(transport_.rank()) * slots_ * slot_bytes_;
+  uint8_t* mapped = direct_ ? static_cast<uint8_t*>(transport_.mapped_address(*p.remote)) : nullptr;
+  if (mapped) {
+    p.mapped = mapped + p.remote_offset;
+  } else if (!staging_) {
+    const size_t bytes = static_cast<size_t>(transport_.size()) * slots_ * slot_bytes_;
+    EC_ASSIGN_OR_RETURN(staging_, transport_.allocate(bytes, MemoryKind::kHost));
+  }
+  return Status::Ok();
+}
+
+bool Mailbox::try_acquire(int peer, SendSlot* out) {
+  Peer& p = peers_[peer];
+  const uint64_t usable = p.free_mask & ~p.writing_mask;
+  if (usable == 0) return false;
+  const uint32_t slot = static_cast<uint32_t>(__builtin_ctzll(usable));
+  p.free_mask &= ~(uint64_t{1} << slot);
+  uint8_t* base = p.mapped ? p.mapped + static_cast<size_t>(slot) * slot_bytes_
+                           : staging_slot(peer, slot);
+  out->peer = peer;
+  out->slot = slot;
+  out->user_header = base + kMailboxHeaderBytes;
+  out->payload = base + kSlotHeaderBytes;
+  return true;
+}
+
+uint32_t Mailbox::credits(int peer) const {
+  const Peer& p = peers_[peer];
+  return static_cast<uint32_t>(__builtin_popcountll(p.free_mask & ~p.writing_mask));
+}
+
+Status Mailbox::send(const SendSlot& slot, size_t payload_bytes) {
+  Peer& p = peers_[slot.peer];
+  const uint32_t seq = p.send_seq++;
+  MailboxHeader h{kSlotMagic, static_cast<uint32_t>(payload_bytes), seq, 0};
+  uint8_t* base = slot.user_header - kMailboxHeaderBytes;
+  std::memcpy(base, &h, sizeof(h));
+  ++stats_.sent;
+  const uint32_t tag = mailbox_tag::make(mailbox_tag::kData, slot.slot, seq);
+  if (p.mapped) return post(slot.peer, Pending{Pending::Kind::kNotify, tag, slot.slot, 0});
+  p.writing_mask |= uint64_t{1} << slot.slot;
+  return post(slot.peer,
+              Pending{Pending::Kind::kWrite, tag, slot.slot, kSlotHeaderBytes + payload_bytes});
+}
+
+Status Mailbox::send_control(int peer, uint32_t code) {
+  if (code >> 28) {
+    return make_status(StatusCode::kInvalidArgument, "mailbox: control code 0x%x too wide", code);
+  }
+  return post(peer, Pending{Pending::Kind::kNotify, (mailbox_tag::kControl << 28) | code, 0, 0});
+}
+
+Status Mailbox::issue(int peer, const Pending& pending) {
+  if (pending.kind == Pending::Kind::kNotify) return transport_.notify(peer, pending.tag);
+  Peer& p = peers_[peer];
+  const size_t local_off =
+      (static_cast<size_t>(peer) * slots_ + pending.slot) * slot_bytes_;
+  const size_t remote_off = p.remote_offset + static_cast<size_t>(pending.slot) * slot_bytes_;
+  const uint64_t cookie = (static_cast<uint64_t>(peer) << 8) | pending.slot;
+  return transport_.write(*staging_, local_off, *p.remote, remote_off, pending.bytes, pending.tag,
+                          cookie);
+}
+
+// Sends now, or queues behind earlier deferred sends to the same peer so that the per-pair
+// order the receiver checks is kept.
+Status Mailbox::post(int peer, const Pending& pending) {
+  Peer& p = peers_[peer];
+  if (p.deferred.empty()) {
+    Status s = issue(peer, pending);
+    if (s.code() != StatusCode::kBusy) return s;
+  }
+  p.deferred.push_back(pending);
+  ++stats_.deferred;
+  return Status::Ok();
+}
+
+bool Mailbox::flush() {
+  bool any = false;
+  for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) {
+    Peer& p = peers_[peer];
+    while (!p.deferred.empty()) {
+      Status s = issue(peer, p.deferred.front());
+      if (s.code() == StatusCode::kBusy) break;
+      if (!s.ok()) EC_WARN(kNet, "mailbox: deferred send to rank %d failed: %s", peer,
+                           s.to_string().c_str());
+      p.deferred.pop_front();
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool Mailbox::has_deferred() const {
+  for (const Peer& p : peers_) {
+    if (!p.deferred.empty()) return true;
+  }
+  return false;
+}
+
+void Mailbox::return_credit(int peer, uint32_t slot) {
+  Status s = post(peer, Pending{Pending::Kind::kNotify,
+                                mailbox_tag::make(mailbox_tag::kCredit, slot, 0), slot, 0});
+  if (!s.ok()) EC_WARN(kNet, "mailbox: credit to rank %d failed: %s", peer, s.to_string().c_str());
+}
+
+InMessage* Mailbox::new_message() {
+  if (free_messages_.empty()) {
+    messages_.push_back(std::make_unique<InMessage>());
+    return messages_.back().get();
+  }
+  InMessage* m = free_messages_.back();
+  free_messages_.pop_back();
+  return m;
+}
+
+MailboxEvent Mailbox::on_completion(const TransportCompletion& c) {
+  MailboxEvent ev;
+  const int peer = c.peer;
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) {
+    ev.kind = MailboxEvent::Kind::kError;
+    ev.error = make_status(StatusCode::kProtocolError, "mailbox: completion from rank %d", peer);
+    return ev;
+  }
+  Peer& p = peers_[peer];
+  if (c.kind == TransportCompletion::Kind::kWriteDone) {
+    p.writing_mask &= ~(uint64_t{1} << (c.cookie & 0xff));
+    return ev;
+  }
+  if (c.kind == TransportCompletion::Kind::kPeerError) {
+    ev.kind = MailboxEvent::Kind::kError;
+    ev.peer = peer;
+    ev.error = make_status(StatusCode::kPeerFailed, "transport lost rank %d", peer);
+    return ev;
+  }
+  const uint32_t kind = mailbox_tag::kind(c.tag);
+  const uint32_t slot = mailbox_tag::slot(c.tag);
+  auto protocol_error = [&](const char* what) {
+    MailboxEvent e;
+    e.kind = MailboxEvent::Kind::kError;
+    e.peer = peer;
+    e.error = make_status(StatusCode::kProtocolError, "mailbox: rank %d sent %s (tag 0x%08x)",
+                          peer, what, c.tag);
+    EC_ERROR(kNet, "%s", e.error.message().c_str());
+    return e;
+  };
+  if (kind == mailbox_tag::kControl) {
+    ev.kind = MailboxEvent::Kind::kControl;
+    ev.peer = peer;
+    ev.control = c.tag & 0x0fffffffu;
+    return ev;
+  }
+  if (slot >= slots_) return protocol_error("a slot index out of range");
+  if (kind == mailbox_tag::kCredit) {
+    const uint64_t bit = uint64_t{1} << slot;
+    if (p.free_mask & bit) return protocol_error("a credit for a slot that was free");
+    p.free_mask |= bit;
+    return ev;
+  }
+  if (kind != mailbox_tag::kData) return protocol_error("an unknown tag kind");
+  if (p.held[slot] != nullptr) return protocol_error("data into a slot still held");
+  const uint8_t* base = inbox_slot(peer, slot);
+  MailboxHeader h;
+  std::memcpy(&h, base, sizeof(h));
+  if (h.magic != kSlotMagic) return protocol_error("a slot without the mailbox magic");
+  if (h.payload_bytes > payload_capacity()) return protocol_error("a payload larger than a slot");
+  if (h.seq != p.recv_seq || mailbox_tag::low(c.tag) != (h.seq & 0xfffffu)) {
+    return protocol_error("a message out of sequence");
+  }
+  ++p.recv_seq;
+  ++stats_.received;
+  InMessage* m = new_message();
+  m->peer = peer;
+  m->slot = slot;
+  m->seq = h.seq;
+  m->user_header = base + kMailboxHeaderBytes;
+  m->payload = base + kSlotHeaderBytes;
+  m->payload_bytes = h.payload_bytes;
+  m->spilled = false;
+  p.held[slot] = m;
+  if (++p.held_count == slots_) spill_oldest(peer);
+  ev.kind = MailboxEvent::Kind::kMessage;
+  ev.message = m;
+  return ev;
+}
+
+void Mailbox::spill_oldest(int peer) {
+  Peer& p = peers_[peer];
+  InMessage* oldest = nullptr;
+  for (InMessage* m : p.held) {
+    if (m && (!oldest || p.recv_seq - m->seq > p.recv_seq - oldest->seq)) oldest = m;
+  }
+  if (!oldest) return;
+  oldest->spill.resize(kUserHeaderBytes + oldest->payload_bytes);
+  std::memcpy(oldest->spill.data(), oldest->user_header, kUserHeaderBytes);
+  std::memcpy(oldest->spill.data() + kUserHeaderBytes, oldest->payload, oldest->payload_bytes);
+  oldest->user_header = oldest->spill.data();
+  oldest->payload = oldest->spill.data() + kUserHeaderBytes;
+  oldest->spilled = true;
+  p.held[oldest->slot] = nullptr;
+  --p.held_count;
+  ++stats_.spills;
+  EC_DEBUG(kNet, "mailbox: spilled a message of rank %d (slot %u) to keep it sending", peer,
+           oldest->slot);
+  return_credit(peer, oldest->slot);
+}
+
+void Mailbox::release(InMessage* m) {
+  if (!m->spilled) {
+    Peer& p = peers_[m->peer];
+    p.held[m->slot] = nullptr;
+    --p.held_count;
+    return_credit(m->peer, m->slot);
+  }
+  m->spill.clear();
+  m->spilled = false;
+  m->user_header = m->payload = nullptr;
+  free_messages_.push_back(m);
+}
+
+}  // namespace eagercomm

@@ -1,0 +1,176 @@
+// Slotted mailboxes with credit-based flow control, built on the transport contract.
+//
+// One-sided writes need a place to land that the receiver has set aside and a way for the
+// sender to know when it may reuse it. Every rank allocates one inbox region (transport
+// memory) holding, for each peer, `slots` slots of `slot_bytes`; peers import its key at
+// bootstrap. A send fills a slot of the peer's inbox (directly, through mapped memory, when
+// the transport offers it and EAGERCOMM_DIRECT is on; otherwise in a local staging slot that is
+// then written) and notifies the peer with a tag naming the slot. The receiver hands the
+// message to its consumer, which releases it when done; the release returns a credit.
+//
+// Slot layout: a 16-byte mailbox header (magic, payload bytes, per-pair sequence), a 48-byte
+// header owned by the layer above (collectives put the operation key and signature there),
+// then the payload.
+//
+// Liveness: a receiver may hold messages while it waits for other events (a ring step holds
+// its input until the next peer has a free slot). If it would hold every slot of one sender,
+// the oldest held message is copied out ("spilled") and its credit returned, so a sender is
+// never blocked forever by a receiver that waits on something else. Spills cost a copy and are
+// counted in stats().spills; the collectives are written so they do not happen in steady state.
+//
+// Not thread-safe: driven by the progress engine's current driver only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "runtime/status.h"
+#include "transport/transport.h"
+
+namespace eagercomm {
+
+inline constexpr size_t kMailboxHeaderBytes = 16;
+inline constexpr size_t kUserHeaderBytes = 48;
+inline constexpr size_t kSlotHeaderBytes = kMailboxHeaderBytes + kUserHeaderBytes;
+inline constexpr uint32_t kMaxSlots = 64;
+
+struct MailboxOptions {
+  size_t slot_bytes = 256 * 1024;
+  uint32_t slots = 8;
+  bool direct = true;
+};
+
+// A message that arrived, held until release().
+struct InMessage {
+  int peer = -1;
+  uint32_t slot = 0;
+  uint32_t seq = 0;
+  const uint8_t* user_header = nullptr;  // kUserHeaderBytes bytes
+  const uint8_t* payload = nullptr;
+  size_t payload_bytes = 0;
+  bool spilled = false;
+  std::vector<uint8_t> spill;  // header + payload once copied out of the slot
+};
+
+// A free slot of a peer's inbox (or its local staging copy) that the caller fills.
+struct SendSlot {
+  int peer = -1;
+  uint32_t slot = 0;
+  uint8_t* user_header = nullptr;  // kUserHeaderBytes bytes to fill
+  uint8_t* payload = nullptr;      // up to payload_capacity() bytes
+};
+
+struct MailboxEvent {
+  enum class Kind : uint8_t { kNone, kMessage, kControl, kError };
+  Kind kind = Kind::kNone;
+  InMessage* message = nullptr;  // kMessage
+  int peer = -1;                 // kControl, kError
+  uint32_t control = 0;          // kControl: 28 bits
+  Status error;                  // kError: a peer broke the protocol or the transport failed
+};
+
+struct MailboxStats {
+  uint64_t sent = 0;
+  uint64_t received = 0;
+  uint64_t spills = 0;
+  uint64_t deferred = 0;  // sends retried after kBusy
+};
+
+class Mailbox {
+ public:
+  static Result<std::unique_ptr<Mailbox>> create(Transport& transport,
+                                                 const MailboxOptions& options);
+  ~Mailbox();
+  Mailbox(const Mailbox&) = delete;
+  Mailbox& operator=(const Mailbox&) = delete;
+
+  // Packed remote key of this rank's inbox, to publish for the peers.
+  const std::vector<uint8_t>& inbox_key() const;
+  // Imports `peer`'s inbox key (once, at bootstrap).
+  Status connect_peer(int peer, std::span<const uint8_t> inbox_key);
+
+  size_t payload_capacity() const { return slot_bytes_ - kSlotHeaderBytes; }
+  uint32_t slots() const { return slots_; }
+  bool direct() const { return direct_; }
+
+  // A free slot of `peer`'s inbox, or false when every slot is in use (no credit).
+  bool try_acquire(int peer, SendSlot* out);
+  // Free slots towards `peer` right now.
+  uint32_t credits(int peer) const;
+  // Publishes a filled slot with `payload_bytes` of payload. Never fails for back-pressure
+  // (kBusy is queued and retried by flush()); errors are transport failures.
+  Status send(const SendSlot& slot, size_t payload_bytes);
+  // A notification with no slot (peer exit and the like): `code` < 2^28. Queued on
+  // back-pressure.
+  Status send_control(int peer, uint32_t code);
+
+  // Interprets one transport completion. Credits and write completions are absorbed
+  // (kind kNone); arrived messages and control codes are returned.
+  MailboxEvent on_completion(const TransportCompletion& c);
+  // Done with a message: its slot goes back to the sender.
+  void release(InMessage* message);
+  // Retries sends deferred by back-pressure. Returns true when something was sent.
+  bool flush();
+  // True while sends wait for room at a peer (flush() must be called again).
+  bool has_deferred() const;
+
+  const MailboxStats& stats() const { return stats_; }
+
+ private:
+  struct Pending {
+    enum class Kind : uint8_t { kNotify, kWrite } kind;
+    uint32_t tag;
+    uint32_t slot;
+    size_t bytes;
+  };
+  struct Peer {
+    std::unique_ptr<RemoteRegion> remote;
+    uint8_t* mapped = nullptr;       // our slots in the peer's inbox, when stored to directly
+    size_t remote_offset = 0;        // where our slots start in the peer's inbox
+    uint64_t free_mask = 0;          // slots we may fill
+    uint64_t writing_mask = 0;       // staging slots whose write is not complete yet
+    uint32_t send_seq = 0;
+    uint32_t recv_seq = 0;
+    std::vector<InMessage*> held;    // by slot index: messages not yet released
+    uint32_t held_count = 0;
+    std::deque<Pending> deferred;
+  };
+
+  Mailbox(Transport& transport, const MailboxOptions& options);
+  uint8_t* inbox_slot(int sender, uint32_t slot) const;
+  uint8_t* staging_slot(int peer, uint32_t slot) const;
+  Status issue(int peer, const Pending& p);
+  Status post(int peer, const Pending& p);
+  void return_credit(int peer, uint32_t slot);
+  void spill_oldest(int peer);
+  InMessage* new_message();
+
+  Transport& transport_;
+  const size_t slot_bytes_;
+  const uint32_t slots_;
+  bool direct_;
+  std::unique_ptr<MemoryRegion> inbox_;
+  std::unique_ptr<MemoryRegion> staging_;  // only when some peer is not stored to directly
+  std::vector<Peer> peers_;
+  std::vector<std::unique_ptr<InMessage>> messages_;  // every message object ever made
+  std::vector<InMessage*> free_messages_;
+  MailboxStats stats_;
+};
+
+// Tag layout (32 bits): kind in bits 31..28; for data and credits the slot in bits 27..20 and
+// the low 20 bits of the per-pair sequence in bits 19..0; for control a 28-bit code.
+namespace mailbox_tag {
+inline constexpr uint32_t kData = 1, kCredit = 2, kControl = 3;
+inline uint32_t make(uint32_t kind, uint32_t slot, uint32_t low) {
+  return (kind << 28) | ((slot & 0xffu) << 20) | (low & 0xfffffu);
+}
+inline uint32_t kind(uint32_t tag) { return tag >> 28; }
+inline uint32_t slot(uint32_t tag) { return (tag >> 20) & 0xffu; }
+inline uint32_t low(uint32_t tag) { return tag & 0xfffffu; }
+}  // namespace mailbox_tag
+
+}  // namespace eagercomm

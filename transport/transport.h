@@ -1,0 +1,129 @@
+// The transport contract (DESIGN.md section 2): one-sided writes with remote notification.
+//
+// Every backend (inproc, shm, ucx, verbs) implements this small, non-blocking, poll-driven
+// interface, the shape of NCCL's net plugin API and of libfabric's FI_RMA with remote CQ data:
+//
+//   - allocate() gives registered memory owned by the transport for the runtime's own buffers
+//     (mailboxes, signals); register_memory() registers a user buffer. Both return a region
+//     whose packed remote key a peer imports with import_region() to write into it.
+//   - local_address() / connect(): address blobs are exchanged through the bootstrap store;
+//     connect() never blocks.
+//   - write(): copies bytes from a local region into a peer's region, then delivers a 32-bit
+//     notification tag that the peer sees in its own poll() only after the data is visible in
+//     its memory. Writes and notifications from one rank to one peer are delivered in the order
+//     they were issued (per-pair FIFO); nothing is promised across different senders.
+//   - notify(): a notification with no data (ordered after earlier writes to that peer).
+//   - mapped_address(): backends whose peers' memory is mapped into this process (inproc, shm)
+//     may hand out a pointer to store into a remote region directly; a following notify()
+//     publishes those stores (release). Others return nullptr and callers use write().
+//   - poll() returns completions and never blocks; wait() blocks until poll() may have
+//     something, wake() is called, or the timeout passes.
+//
+// Back-pressure: write() and notify() return kBusy when the transport cannot take more right
+// now; nothing was delivered and the caller retries later (after poll()).
+//
+// Thread-safety: one thread at a time drives a Transport (the progress engine guarantees it),
+// except wake(), which any thread may call at any time.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/memory.h"
+#include "runtime/status.h"
+
+namespace eagercomm {
+
+// Memory of this rank that peers can write into: transport-allocated or registered.
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  MemoryKind kind() const { return kind_; }
+  // Packed remote key: what a peer passes to import_region() to reach this region.
+  const std::vector<uint8_t>& remote_key() const { return remote_key_; }
+
+ protected:
+  MemoryRegion(void* data, size_t size, MemoryKind kind) : data_(data), size_(size), kind_(kind) {}
+  void* data_;
+  size_t size_;
+  MemoryKind kind_;
+  std::vector<uint8_t> remote_key_;
+};
+
+// A peer's region, imported from its packed remote key.
+class RemoteRegion {
+ public:
+  virtual ~RemoteRegion() = default;
+  int peer() const { return peer_; }
+  size_t size() const { return size_; }
+
+ protected:
+  RemoteRegion(int peer, size_t size) : peer_(peer), size_(size) {}
+  int peer_;
+  size_t size_;
+};
+
+struct TransportCompletion {
+  enum class Kind : uint8_t {
+    kWriteDone,  // a local write finished: its source bytes may be reused (cookie says which)
+    kNotify,     // a peer's notification arrived (peer, tag); its data is visible
+    kPeerError,  // the transport lost the peer (status in the transport's last_error(peer))
+  };
+  Kind kind;
+  int peer;
+  uint32_t tag;
+  uint64_t cookie;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual std::string_view name() const = 0;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Registered memory owned by the transport (zero-filled), for the runtime's own buffers.
+  virtual Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes, MemoryKind kind) = 0;
+  // Registers caller-owned memory; the caller keeps it alive longer than the region.
+  virtual Result<std::unique_ptr<MemoryRegion>> register_memory(void* data, size_t bytes,
+                                                                MemoryKind kind) = 0;
+  // Unpacks a peer's remote key. The result keeps whatever the backend needs alive.
+  virtual Result<std::unique_ptr<RemoteRegion>> import_region(int peer,
+                                                              std::span<const uint8_t> key) = 0;
+
+  virtual std::vector<uint8_t> local_address() const = 0;
+  // Starts connecting to `peer`; never blocks. Idempotent.
+  virtual Status connect(int peer, std::span<const uint8_t> address) = 0;
+
+  // Writes `bytes` from local[local_offset..] to remote[remote_offset..], then notifies the
+  // peer with `tag`. A kWriteDone completion with `cookie` follows when the source is reusable.
+  virtual Status write(const MemoryRegion& local, size_t local_offset, const RemoteRegion& remote,
+                       size_t remote_offset, size_t bytes, uint32_t tag, uint64_t cookie) = 0;
+  virtual Status notify(int peer, uint32_t tag) = 0;
+  virtual void* mapped_address(const RemoteRegion& remote) { (void)remote; return nullptr; }
+
+  // Fills `out` with up to out.size() completions; returns how many.
+  virtual size_t poll(std::span<TransportCompletion> out) = 0;
+  // Blocks until poll() may return something, wake() was called (now or since the last
+  // wait()), or `timeout` passed. Spurious returns are allowed.
+  virtual void wait(std::chrono::nanoseconds timeout) = 0;
+  virtual void wake() = 0;
+
+ protected:
+  Transport(int rank, int size) : rank_(rank), size_(size) {}
+
+ private:
+  int rank_;
+  int size_;
+};
+
+}  // namespace eagercomm
