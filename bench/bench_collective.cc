@@ -158,20 +158,25 @@ class Runner {
     return wrong;
   }
 
+  // Times warm-up + iters back-to-back calls (inputs prepared once, as nccl-tests does: an
+  // in-place input is overwritten by each call, which changes the values, not the work), then
+  // checks one more call on freshly prepared inputs.
   Result<Timing> measure(size_t count, bool in_place) {
     std::vector<double> us;
-    uint64_t wrong = 0;
+    prepare(count, in_place);
     for (int it = 0; it < o_.warmup + o_.iters; ++it) {
-      // In place overwrites the input, and checking needs known inputs: refill when checking.
-      if (it == 0 || (in_place && o_.check)) prepare(count, in_place);
       EC_RETURN_IF_ERROR(comm_.barrier());
       const auto t0 = Clock::now();
       EC_RETURN_IF_ERROR(call(count, in_place));
       const auto t1 = Clock::now();
-      if (it >= o_.warmup) {
-        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-        if (o_.check) wrong += count_wrong(count);
-      }
+      if (it >= o_.warmup) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    uint64_t wrong = 0;
+    if (o_.check) {
+      prepare(count, in_place);
+      EC_RETURN_IF_ERROR(comm_.barrier());
+      EC_RETURN_IF_ERROR(call(count, in_place));
+      wrong = count_wrong(count);
     }
     // The slowest rank's time for each iteration, and the wrong elements of all ranks.
     EC_RETURN_IF_ERROR(comm_.allreduce(us.data(), us.data(), us.size(), DataType::kFloat64,
@@ -180,7 +185,6 @@ class Runner {
     EC_RETURN_IF_ERROR(comm_.allreduce(&total_wrong, &total_wrong, 1, DataType::kInt64,
                                        ReduceOp::kSum));
     Timing t;
-    t.mean_us = 0;
     for (double x : us) t.mean_us += x / us.size();
     std::sort(us.begin(), us.end());
     t.median_us = us[us.size() / 2];

@@ -18,10 +18,12 @@ enum class Algo : uint8_t {
   kTree = 4,               // broadcast, binomial tree
   kChain = 5,              // broadcast, pipelined chain
   kDissemination = 6,      // barrier
+  kDirect = 7,             // allreduce, loads and stores in peers' buffers (shared address space)
 };
 
 std::shared_ptr<Op> make_ring_allreduce(OpSignature sig, const void* in, void* out);
 std::shared_ptr<Op> make_rd_allreduce(OpSignature sig, const void* in, void* out);
+std::shared_ptr<Op> make_direct_allreduce(OpSignature sig, const void* in, void* out);
 std::shared_ptr<Op> make_broadcast(OpSignature sig, void* buf);  // tree or chain per sig
 std::shared_ptr<Op> make_ring_allgather(OpSignature sig, const void* in, void* out);
 std::shared_ptr<Op> make_barrier(OpSignature sig);

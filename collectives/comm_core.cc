@@ -52,7 +52,7 @@ Status CommCore::setup(Store& store, const std::string& scope) {
   EC_ASSIGN_OR_RETURN(transport_, create_transport(transport_name_, params));
   MailboxOptions mopts{config_.slot_bytes, config_.slots, config_.direct};
   EC_ASSIGN_OR_RETURN(mailbox_, Mailbox::create(*transport_, mopts));
-  ctx_ = OpContext{rank_, size_, mailbox_.get(), &config_};
+  ctx_ = OpContext{rank_, size_, mailbox_.get(), transport_.get(), &config_};
   return connect(store, scope);
 }
 

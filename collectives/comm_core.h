@@ -42,6 +42,7 @@ class CommCore final : public ProgressSource {
   const Config& config() const { return config_; }
   const std::string& transport_name() const { return transport_name_; }
   size_t payload_capacity() const { return mailbox_->payload_capacity(); }
+  bool maps_peer_memory() const { return transport_->maps_peer_memory(); }
   Engine& engine() { return *engine_; }
 
   // Numbers `op` in the collective stream and hands it to the engine. Any thread.

@@ -142,12 +142,27 @@ Result<Request> Communicator::allreduce_async(const void* send, void* recv, size
   const Config& cfg = core_->config();
   const size_t n = bytes.ok() ? *bytes : 0;
   const bool fits = n <= core_->payload_capacity();
-  bool rd = fits && n <= cfg.rd_max_bytes;
-  if (cfg.allreduce_algo == AllreduceAlgo::kRecursiveDoubling) rd = fits;
-  if (cfg.allreduce_algo == AllreduceAlgo::kRing) rd = false;
-  sig.reserved = static_cast<uint8_t>(rd ? Algo::kRecursiveDoubling : Algo::kRing);
-  std::shared_ptr<detail::Op> o = rd ? detail::make_rd_allreduce(sig, send, recv)
-                                     : detail::make_ring_allreduce(sig, send, recv);
+  const bool mapped = cfg.direct && core_->maps_peer_memory();
+  Algo algo = Algo::kRing;
+  switch (cfg.allreduce_algo) {
+    case AllreduceAlgo::kAuto:
+      if (fits && n <= cfg.rd_max_bytes) algo = Algo::kRecursiveDoubling;
+      else if (mapped && n >= cfg.direct_min_bytes) algo = Algo::kDirect;
+      break;
+    case AllreduceAlgo::kRecursiveDoubling:
+      if (fits) algo = Algo::kRecursiveDoubling;  // too large for one slot: ring
+      break;
+    case AllreduceAlgo::kDirect:
+      if (mapped) algo = Algo::kDirect;  // the transport cannot: ring
+      break;
+    case AllreduceAlgo::kRing:
+      break;
+  }
+  sig.reserved = static_cast<uint8_t>(algo);
+  std::shared_ptr<detail::Op> o =
+      algo == Algo::kRecursiveDoubling ? detail::make_rd_allreduce(sig, send, recv)
+      : algo == Algo::kDirect          ? detail::make_direct_allreduce(sig, send, recv)
+                                       : detail::make_ring_allreduce(sig, send, recv);
   o->precheck_error = precheck;
   return submit(std::move(o));
 }

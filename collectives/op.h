@@ -77,6 +77,7 @@ struct OpContext {
   int rank;
   int size;
   Mailbox* mailbox;
+  Transport* transport;
   const Config* config;
 };
 

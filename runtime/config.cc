@@ -121,7 +121,7 @@ constexpr FieldAccess field() {
 constexpr std::string_view kTransportNames[] = {"auto", "inproc", "shm", "ucx", "verbs"};
 constexpr std::string_view kLogLevelNames[] = {"error", "warn", "info", "debug", "trace"};
 constexpr std::string_view kProgressThreadNames[] = {"auto", "on", "off"};
-constexpr std::string_view kAllreduceAlgoNames[] = {"auto", "rd", "ring"};
+constexpr std::string_view kAllreduceAlgoNames[] = {"auto", "rd", "ring", "direct"};
 constexpr std::string_view kBroadcastAlgoNames[] = {"auto", "tree", "chain"};
 // Even index: true, odd index: false.
 constexpr std::string_view kBoolNames[] = {"1", "0", "true", "false", "yes", "no", "on", "off"};
@@ -162,10 +162,10 @@ constexpr Variable kVariables[] = {
      .field = field<&Config::timeout>()},
     {.name = "EAGERCOMM_SPIN",
      .kind = Kind::kDuration,
-     .default_text = "20us",
+     .default_text = "100us",
      .max = kNsPerSecond,
-     .doc = "how long an idle wait polls before it sleeps; longer cuts wake-up latency, shorter "
-            "gives the core back to compute sooner",
+     .doc = "how long an idle wait polls (pausing, then yielding the core) before it sleeps; "
+            "about one sleep/wake-up costs here; 0 sleeps at once",
      .field = field<&Config::spin>()},
     {.name = "EAGERCOMM_PROGRESS_THREAD",
      .kind = Kind::kEnum,
@@ -194,8 +194,9 @@ constexpr Variable kVariables[] = {
      .kind = Kind::kEnum,
      .default_text = "auto",
      .choices = kAllreduceAlgoNames,
-     .doc = "allreduce algorithm: rd (recursive doubling, small messages) or ring (large ones); "
-            "auto chooses by EAGERCOMM_RD_MAX_BYTES",
+     .doc = "allreduce algorithm: rd (recursive doubling, small messages), ring (large ones) or "
+            "direct (ranks sharing an address space read each other's buffers); auto chooses by "
+            "EAGERCOMM_RD_MAX_BYTES and EAGERCOMM_DIRECT_MIN_BYTES",
      .field = field<&Config::allreduce_algo>()},
     {.name = "EAGERCOMM_RD_MAX_BYTES",
      .kind = Kind::kSize,
@@ -204,6 +205,12 @@ constexpr Variable kVariables[] = {
      .doc = "largest allreduce that auto runs by recursive doubling (ring above it); tune to the "
             "network's latency/bandwidth crossover",
      .field = field<&Config::rd_max_bytes>()},
+    {.name = "EAGERCOMM_DIRECT_MIN_BYTES",
+     .kind = Kind::kSize,
+     .default_text = "1MiB",
+     .doc = "smallest allreduce that auto runs directly on peers' buffers when the transport maps "
+            "them (inproc); below it the ring's pipelining wins over the extra synchronisation",
+     .field = field<&Config::direct_min_bytes>()},
     {.name = "EAGERCOMM_BCAST_ALGO",
      .kind = Kind::kEnum,
      .default_text = "auto",

@@ -25,7 +25,7 @@ enum class LogLevel : uint8_t { kError = 0, kWarn, kInfo, kDebug, kTrace };
 enum class ConfigSource : uint8_t { kDefault, kEnvironment, kOverride };
 
 enum class ProgressThreadMode : uint8_t { kAuto, kOn, kOff };
-enum class AllreduceAlgo : uint8_t { kAuto, kRecursiveDoubling, kRing };
+enum class AllreduceAlgo : uint8_t { kAuto, kRecursiveDoubling, kRing, kDirect };
 enum class BroadcastAlgo : uint8_t { kAuto, kTree, kChain };
 
 // The values in force. Field names mirror the variables (EAGERCOMM_SLOT_BYTES -> slot_bytes).
@@ -35,12 +35,13 @@ struct Config {
   std::string log_subsys = "all";                   // comma list, "all", or "^net,coll"
   std::string log_file;                             // empty: stderr; %h host, %p pid
   std::chrono::nanoseconds timeout = std::chrono::seconds(300);  // 0: wait forever
-  std::chrono::nanoseconds spin = std::chrono::microseconds(20);  // idle poll before blocking
+  std::chrono::nanoseconds spin = std::chrono::microseconds(100);  // idle poll before blocking
   ProgressThreadMode progress_thread = ProgressThreadMode::kAuto;
   size_t slot_bytes = 256 * 1024;                   // one mailbox slot, header included
   uint32_t slots = 8;                               // mailbox slots per peer pair
   AllreduceAlgo allreduce_algo = AllreduceAlgo::kAuto;
   size_t rd_max_bytes = 16 * 1024;                  // recursive doubling up to this size
+  size_t direct_min_bytes = 1024 * 1024;            // direct (load/store) allreduce from here
   BroadcastAlgo bcast_algo = BroadcastAlgo::kAuto;
   size_t chain_min_bytes = 256 * 1024;              // broadcast by chain from this size
   bool direct = true;                               // store into mapped peer memory if offered

@@ -92,6 +92,7 @@ class Engine {
   void release();
   // Drives until stop() is true or the deadline passes; returns stop()'s last value.
   bool drive(const std::function<bool()>& stop, Clock::time_point deadline);
+  void end_idle_period(bool switched);
   void thread_main();
 
   ProgressSource& source_;
@@ -102,6 +103,7 @@ class Engine {
   std::atomic<bool> closing_{false};
   std::atomic<bool> closed_{false};
   std::atomic<uint64_t> blocks_{0};
+  std::atomic<int> contended_{0};       // idle periods left that skip pause-polling
   EventCount state_;                    // rung on token release and on completions
   std::thread thread_;
 };

@@ -72,7 +72,8 @@ TEST(BadInput, CountThatDiffersBetweenRanksIsDetectedEverywhere) {
   // Small and large counts, so both recursive doubling and ring see the mismatch, and a count
   // that makes one rank choose the other algorithm.
   for (int P : {2, 3, 4, 7}) {
-    for (size_t base : {size_t{10}, size_t{100000}, size_t{4096}}) {
+    // 10: recursive doubling; 100000: ring; 4096: one rank crosses to ring; 300000: direct.
+    for (size_t base : {size_t{10}, size_t{100000}, size_t{4096}, size_t{300000}}) {
       auto w = World::make(P, test_config());
       std::vector<std::vector<float>> bufs(P, std::vector<float>(base + 1, 7.0f));
       Outcome o = run_all(*w, [&](int r, Communicator& c) {

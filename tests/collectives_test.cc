@@ -227,6 +227,8 @@ TEST(Collectives, StagedPathTinySlotsAndForcedAlgorithms) {
       {{"EAGERCOMM_DIRECT", "0"}, {"EAGERCOMM_SLOT_BYTES", "4KiB"}, {"EAGERCOMM_SLOTS", "3"}},
       {{"EAGERCOMM_ALLREDUCE_ALGO", "ring"}, {"EAGERCOMM_BCAST_ALGO", "chain"}},
       {{"EAGERCOMM_ALLREDUCE_ALGO", "rd"}, {"EAGERCOMM_BCAST_ALGO", "tree"}},
+      {{"EAGERCOMM_ALLREDUCE_ALGO", "direct"}},
+      {{"EAGERCOMM_ALLREDUCE_ALGO", "direct"}, {"EAGERCOMM_DIRECT", "0"}},  // falls back to ring
   };
   for (const auto& overrides : configs) {
     for (int P : {2, 3, 5, 8}) {
@@ -251,6 +253,35 @@ TEST(Collectives, StagedPathTinySlotsAndForcedAlgorithms) {
         for (int r = 0; r < P; ++r) {
           for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf[r].get(i), value(9, i, 0));
         }
+      }
+    }
+  }
+}
+
+// Direct allreduce above the streaming-store threshold, in place and out of place, with ranks
+// that mix the two (each destination decides for itself how it is stored to).
+TEST(Collectives, DirectAllreduceLargeMixedPlacement) {
+  const int P = 3;
+  const size_t count = (5 << 20) / 2 + 7;  // 10 MiB of f32
+  auto w = World::make(P, test_config({{"EAGERCOMM_ALLREDUCE_ALGO", "direct"}}));
+  std::vector<std::vector<float>> in(P, std::vector<float>(count)), out(P, std::vector<float>(count));
+  for (int round = 0; round < 2; ++round) {
+    for (int r = 0; r < P; ++r) {
+      for (size_t i = 0; i < count; ++i) in[r][i] = static_cast<float>(value(r, i, round));
+      std::fill(out[r].begin(), out[r].end(), -99.0f);
+    }
+    w->run([&](int r, Communicator& c) {
+      const bool in_place = (r + round) % 2 == 0;
+      float* dst = in_place ? in[r].data() : out[r].data();
+      ASSERT_TRUE(c.allreduce(in[r].data(), dst, count, DataType::kFloat32, ReduceOp::kSum).ok());
+    });
+    for (int r = 0; r < P; ++r) {
+      const bool in_place = (r + round) % 2 == 0;
+      const std::vector<float>& got = in_place ? in[r] : out[r];
+      for (size_t i = 0; i < count; ++i) {
+        double expect = 0;
+        for (int q = 0; q < P; ++q) expect += value(q, i, round);
+        ASSERT_EQ(got[i], static_cast<float>(expect)) << "rank " << r << " element " << i;
       }
     }
   }

@@ -58,12 +58,13 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_LOG_SUBSYS", "all"},
       {"EAGERCOMM_LOG_FILE", ""},
       {"EAGERCOMM_TIMEOUT", "300s"},
-      {"EAGERCOMM_SPIN", "20us"},
+      {"EAGERCOMM_SPIN", "100us"},
       {"EAGERCOMM_PROGRESS_THREAD", "auto"},
       {"EAGERCOMM_SLOT_BYTES", "256KiB"},
       {"EAGERCOMM_SLOTS", "8"},
       {"EAGERCOMM_ALLREDUCE_ALGO", "auto"},
       {"EAGERCOMM_RD_MAX_BYTES", "16KiB"},
+      {"EAGERCOMM_DIRECT_MIN_BYTES", "1MiB"},
       {"EAGERCOMM_BCAST_ALGO", "auto"},
       {"EAGERCOMM_CHAIN_MIN_BYTES", "256KiB"},
       {"EAGERCOMM_DIRECT", "1"},
@@ -96,7 +97,7 @@ TEST(ConfigTable, AcceptedTexts) {
   EXPECT_EQ(accepted["EAGERCOMM_TRANSPORT"], "auto|inproc|shm|ucx|verbs");
   EXPECT_EQ(accepted["EAGERCOMM_LOG_LEVEL"], "error|warn|info|debug|trace");
   EXPECT_EQ(accepted["EAGERCOMM_PROGRESS_THREAD"], "auto|on|off");
-  EXPECT_EQ(accepted["EAGERCOMM_ALLREDUCE_ALGO"], "auto|rd|ring");
+  EXPECT_EQ(accepted["EAGERCOMM_ALLREDUCE_ALGO"], "auto|rd|ring|direct");
   EXPECT_EQ(accepted["EAGERCOMM_BCAST_ALGO"], "auto|tree|chain");
   EXPECT_EQ(accepted["EAGERCOMM_DIRECT"], "1|0|true|false|yes|no|on|off");
   EXPECT_EQ(accepted["EAGERCOMM_SLOT_BYTES"], "size (4KiB..64MiB)");
@@ -118,7 +119,7 @@ TEST(ConfigLoad, EmptyEnvironmentGivesDefaults) {
   EXPECT_EQ(config.transport, "auto");
   EXPECT_EQ(config.log_level, LogLevel::kWarn);
   EXPECT_EQ(config.timeout, seconds(300));
-  EXPECT_EQ(config.spin, microseconds(20));
+  EXPECT_EQ(config.spin, microseconds(100));
   EXPECT_EQ(config.slot_bytes, 256u * 1024);
   EXPECT_EQ(config.slots, 8u);
   EXPECT_TRUE(config.direct);
@@ -152,7 +153,7 @@ TEST(ConfigLoad, BadEnumNamesVariableValueAndChoices) {
   EXPECT_EQ(load_error("EAGERCOMM_LOG_LEVEL", "verbose"),
             "EAGERCOMM_LOG_LEVEL='verbose' is not one of error|warn|info|debug|trace");
   EXPECT_EQ(load_error("EAGERCOMM_ALLREDUCE_ALGO", ""),
-            "EAGERCOMM_ALLREDUCE_ALGO='' is not one of auto|rd|ring");
+            "EAGERCOMM_ALLREDUCE_ALGO='' is not one of auto|rd|ring|direct");
   // No prefix matching and no blanks: "ring " is a typo, not ring.
   EXPECT_FALSE(Config::load({{"EAGERCOMM_ALLREDUCE_ALGO", "ring "}}).ok());
   EXPECT_FALSE(Config::load({{"EAGERCOMM_BCAST_ALGO", "tre"}}).ok());

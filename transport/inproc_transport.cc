@@ -238,6 +238,8 @@ class InprocTransport final : public Transport {
     return static_cast<const InprocRemote&>(remote).base();
   }
 
+  bool maps_peer_memory() const override { return true; }
+
   size_t poll(std::span<TransportCompletion> out) override {
     size_t n = 0;
     while (n < out.size() && done_head_ < done_.size()) out[n++] = done_[done_head_++];

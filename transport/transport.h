@@ -110,6 +110,10 @@ class Transport {
                        size_t remote_offset, size_t bytes, uint32_t tag, uint64_t cookie) = 0;
   virtual Status notify(int peer, uint32_t tag) = 0;
   virtual void* mapped_address(const RemoteRegion& remote) { (void)remote; return nullptr; }
+  // True when mapped_address() works for every imported region, user buffers included: the
+  // ranks share an address space (inproc), so collectives may load from and store to peers'
+  // buffers directly instead of going through mailboxes.
+  virtual bool maps_peer_memory() const { return false; }
 
   // Fills `out` with up to out.size() completions; returns how many.
   virtual size_t poll(std::span<TransportCompletion> out) = 0;
