@@ -3,7 +3,7 @@
 #   make demo     build, then run the collective benchmark ($(DEMO_CMD))
 #   make check    default build + all tests, then the TSan and ASan builds + their tests
 #   make tsan | asan | install [PREFIX=...] | format | clean
-DEMO_CMD ?= ./build/default/bench/eagercomm-bench --ranks 4 -b 8 -e 64M -f 8 -n 20 -w 5 -c 1
+DEMO_CMD ?= ./build/default/bench/eagercomm-bench --ranks 4 -b 4 -e 64M -f 4 -n 20 -w 5 -c 1
 
 WERROR ?= OFF
 PREFIX ?= /usr/local

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/half.h"
+#include "collectives/element_value.h"
 
 namespace eagercomm::bench {
 namespace {
@@ -14,31 +14,6 @@ using Clock = std::chrono::steady_clock;
 
 // Small integers: exact in every type and every sum over up to a few hundred ranks.
 double pattern(int rank, size_t i) { return static_cast<double>((i + rank * 7) % 13) - 6.0; }
-
-void store(DataType t, void* buf, size_t i, double v) {
-  auto* b = static_cast<uint8_t*>(buf);
-  switch (t) {
-    case DataType::kFloat32: { float x = static_cast<float>(v); std::memcpy(b + 4 * i, &x, 4); break; }
-    case DataType::kFloat64: std::memcpy(b + 8 * i, &v, 8); break;
-    case DataType::kFloat16: { uint16_t x = float_to_half(static_cast<float>(v)); std::memcpy(b + 2 * i, &x, 2); break; }
-    case DataType::kBFloat16: { uint16_t x = float_to_bf16(static_cast<float>(v)); std::memcpy(b + 2 * i, &x, 2); break; }
-    case DataType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(b + 4 * i, &x, 4); break; }
-    case DataType::kInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(b + 8 * i, &x, 8); break; }
-  }
-}
-
-double load(DataType t, const void* buf, size_t i) {
-  const auto* b = static_cast<const uint8_t*>(buf);
-  switch (t) {
-    case DataType::kFloat32: { float x; std::memcpy(&x, b + 4 * i, 4); return x; }
-    case DataType::kFloat64: { double x; std::memcpy(&x, b + 8 * i, 8); return x; }
-    case DataType::kFloat16: { uint16_t x; std::memcpy(&x, b + 2 * i, 2); return half_to_float(x); }
-    case DataType::kBFloat16: { uint16_t x; std::memcpy(&x, b + 2 * i, 2); return bf16_to_float(x); }
-    case DataType::kInt32: { int32_t x; std::memcpy(&x, b + 4 * i, 4); return x; }
-    case DataType::kInt64: { int64_t x; std::memcpy(&x, b + 8 * i, 8); return static_cast<double>(x); }
-  }
-  return 0;
-}
 
 double reduce_expected(ReduceOp op, int ranks, size_t i) {
   double acc = pattern(0, i);
@@ -112,7 +87,7 @@ class Runner {
     void* in = input(count, in_place);
     for (size_t i = 0; i < count; ++i) {
       const bool broadcast_non_root = o_.coll == Collective::kBroadcast && rank_ != o_.root;
-      store(o_.type, in, i, broadcast_non_root ? 99 : pattern(rank_, i));
+      store_element(o_.type, in, i, broadcast_non_root ? 99 : pattern(rank_, i));
     }
     if (!in_place && o_.coll == Collective::kBroadcast) {
       std::memcpy(buf_.r(), in, count * es_);
@@ -139,16 +114,16 @@ class Runner {
     switch (o_.coll) {
       case Collective::kAllreduce:
         for (size_t i = 0; i < count; ++i) {
-          wrong += load(o_.type, buf_.r(), i) != reduce_expected(o_.op, P_, i);
+          wrong += load_element(o_.type, buf_.r(), i) != reduce_expected(o_.op, P_, i);
         }
         break;
       case Collective::kBroadcast:
-        for (size_t i = 0; i < count; ++i) wrong += load(o_.type, buf_.r(), i) != pattern(o_.root, i);
+        for (size_t i = 0; i < count; ++i) wrong += load_element(o_.type, buf_.r(), i) != pattern(o_.root, i);
         break;
       case Collective::kAllgather:
         for (int g = 0; g < P_; ++g) {
           for (size_t i = 0; i < count; ++i) {
-            wrong += load(o_.type, buf_.r(), g * count + i) != pattern(g, i);
+            wrong += load_element(o_.type, buf_.r(), g * count + i) != pattern(g, i);
           }
         }
         break;
@@ -217,19 +192,24 @@ double busbw_factor(Collective coll, int ranks) {
   return 0.0;
 }
 
-double memcpy_gbps(size_t bytes, int reps) {
+std::vector<double> memcpy_gbps_samples(size_t bytes, int reps) {
   std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
-  std::vector<double> secs;
+  std::vector<double> out;
   for (int i = 0; i < reps + 2; ++i) {
     const auto t0 = Clock::now();
     std::memcpy(b.data(), a.data(), bytes);
     const auto t1 = Clock::now();
     // Touch the destination so the copy cannot be elided.
     a[i % bytes] = b[(i * 7919) % bytes];
-    if (i >= 2) secs.push_back(std::chrono::duration<double>(t1 - t0).count());
+    if (i >= 2) out.push_back(static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count() / 1e9);
   }
-  std::sort(secs.begin(), secs.end());
-  return static_cast<double>(bytes) / secs[secs.size() / 2] / 1e9;
+  return out;
+}
+
+double median(std::vector<double> samples) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
 }
 
 }  // namespace eagercomm::bench

@@ -32,7 +32,10 @@ Result<std::vector<Row>> run_collective(Communicator& comm, const Options& optio
 // nccl-tests' bus bandwidth factor: what busbw = algbw * factor means for each collective.
 double busbw_factor(Collective coll, int ranks);
 
-// Single-thread memcpy bandwidth of this machine, GB/s (median of `reps` copies of `bytes`).
-double memcpy_gbps(size_t bytes, int reps);
+// Single-thread memcpy bandwidth samples of this machine, GB/s, one per copy of `bytes`.
+// eagercomm-bench takes them before and after the collectives and reports the median of all,
+// so the reference and the measurement see the same machine state.
+std::vector<double> memcpy_gbps_samples(size_t bytes, int reps);
+double median(std::vector<double> samples);
 
 }  // namespace eagercomm::bench

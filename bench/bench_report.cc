@@ -31,8 +31,8 @@ void print_table(FILE* out, const RunInfo& info, const std::vector<Row>& rows) {
                collective_name(o.coll), info.ranks, info.transport.c_str(), info.kernels.c_str());
   std::fprintf(out, "# iterations %d (warm-up %d), check %s; time = median over iterations of the "
                "slowest rank\n", o.iters, o.warmup, o.check ? "on" : "off");
-  std::fprintf(out, "# single-thread memcpy bandwidth (reference limit): %.2f GB/s\n#\n",
-               info.memcpy_gbps);
+  std::fprintf(out, "# single-thread memcpy bandwidth (reference limit, median of 30 copies "
+               "before and after): %.2f GB/s\n#\n", info.memcpy_gbps);
   std::fprintf(out, "#%62s%38s\n", "out-of-place", o.in_place ? "in-place" : "");
   std::fprintf(out, "#%11s %13s %6s %6s %10s %7s %7s %6s", "size", "count", "type", "redop",
                "time", "algbw", "busbw", "#wrong");

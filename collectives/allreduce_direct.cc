@@ -36,22 +36,19 @@ constexpr size_t kBlockBytes = 64 * 1024;
 // 75-85% of the memcpy bandwidth and 4 ranks from 42% to 50-57%; in place it helped nothing.)
 constexpr size_t kStreamMinBytes = 8 * 1024 * 1024;
 
-class DirectAllreduce final : public Op {
+class DirectAllreduce final : public QueuedOp {
  public:
   DirectAllreduce(OpSignature sig, const void* in, void* out)
-      : Op(sig),
+      : QueuedOp(sig),
         in_(static_cast<const uint8_t*>(in)),
         out_(static_cast<uint8_t*>(out)),
         type_(static_cast<DataType>(sig.dtype)),
         op_(static_cast<ReduceOp>(sig.redop)),
         es_(dtype_size(type_)),
-        bytes_(sig.count * es_),
-        queues_(1) {}
+        bytes_(sig.count * es_) {}
 
   Status start(OpContext& ctx) override {
-    P_ = ctx.size;
-    r_ = ctx.rank;
-    queues_ = PeerQueues(P_);
+    init_queues(ctx);
     if (P_ == 1) {
       if (out_ != in_ && bytes_) std::memcpy(out_, in_, bytes_);
       phase_ = Phase::kDone;
@@ -77,12 +74,6 @@ class DirectAllreduce final : public Op {
     sent_.assign(P_, 0);
     done_from_.assign(P_, false);
     got_ = 0;
-    return Status::Ok();
-  }
-
-  Status on_message(OpContext& ctx, const Received& r) override {
-    (void)ctx;
-    queues_.push(r);
     return Status::Ok();
   }
 
@@ -115,7 +106,6 @@ class DirectAllreduce final : public Op {
   }
 
   bool finished() const override { return phase_ == Phase::kDone; }
-  void drop_held(OpContext& ctx) override { queues_.drop_all(ctx); }
 
  private:
   enum class Phase { kKeys, kSegmentDone, kDone };
@@ -134,18 +124,20 @@ class DirectAllreduce final : public Op {
     return true;
   }
 
-  // Sends `step`'s message to every peer that has not had it yet (as credits allow).
+  // Sends every peer the messages up to `step` it has not had yet, in step order, as credits
+  // allow. (The keys may still be waiting for a credit when the peers' keys are all in.)
   Result<int> send_step(OpContext& ctx, uint32_t step) {
     int sent = 0;
     for (int q = 0; q < P_; ++q) {
-      if (q == r_ || sent_[q] != step) continue;
-      SendSlot slot;
-      if (!ctx.mailbox->try_acquire(q, &slot)) continue;
-      const size_t n = step == 0 ? keys_.size() : 0;
-      if (n) std::memcpy(slot.payload, keys_.data(), n);
-      EC_RETURN_IF_ERROR(send(ctx, slot, MsgKind::kData, step, 0, 0, n));
-      ++sent_[q];
-      ++sent;
+      while (q != r_ && sent_[q] <= step) {
+        SendSlot slot;
+        if (!ctx.mailbox->try_acquire(q, &slot)) break;
+        const size_t n = sent_[q] == 0 ? keys_.size() : 0;
+        if (n) std::memcpy(slot.payload, keys_.data(), n);
+        EC_RETURN_IF_ERROR(send(ctx, slot, MsgKind::kData, sent_[q], 0, 0, n));
+        ++sent_[q];
+        ++sent;
+      }
     }
     return sent;
   }
@@ -233,8 +225,6 @@ class DirectAllreduce final : public Op {
   ReduceOp op_;
   size_t es_;
   size_t bytes_;
-  PeerQueues queues_;
-  int P_ = 1, r_ = 0;
   Phase phase_ = Phase::kKeys;
   std::unique_ptr<MemoryRegion> in_region_, out_region_;
   std::vector<std::unique_ptr<RemoteRegion>> remotes_;

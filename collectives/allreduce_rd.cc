@@ -19,21 +19,18 @@
 namespace eagercomm::detail {
 namespace {
 
-class RdAllreduce final : public Op {
+class RdAllreduce final : public QueuedOp {
  public:
   RdAllreduce(OpSignature sig, const void* in, void* out)
-      : Op(sig),
+      : QueuedOp(sig),
         in_(static_cast<const uint8_t*>(in)),
         out_(static_cast<uint8_t*>(out)),
         type_(static_cast<DataType>(sig.dtype)),
         op_(static_cast<ReduceOp>(sig.redop)),
-        bytes_(sig.count * dtype_size(type_)),
-        queues_(1) {}
+        bytes_(sig.count * dtype_size(type_)) {}
 
   Status start(OpContext& ctx) override {
-    P_ = ctx.size;
-    r_ = ctx.rank;
-    queues_ = PeerQueues(P_);
+    init_queues(ctx);
     p2_ = 1;
     while (p2_ * 2 <= P_) p2_ *= 2;
     rem_ = P_ - p2_;
@@ -55,12 +52,6 @@ class RdAllreduce final : public Op {
       publish();
       phase_ = Phase::kDone;
     }
-    return Status::Ok();
-  }
-
-  Status on_message(OpContext& ctx, const Received& r) override {
-    (void)ctx;
-    queues_.push(r);
     return Status::Ok();
   }
 
@@ -146,7 +137,6 @@ class RdAllreduce final : public Op {
   }
 
   bool finished() const override { return phase_ == Phase::kDone; }
-  void drop_held(OpContext& ctx) override { queues_.drop_all(ctx); }
 
  private:
   enum class Phase { kSendToOdd, kReceiveResult, kReceiveFromEven, kDoubling, kSendResult, kDone };
@@ -181,8 +171,7 @@ class RdAllreduce final : public Op {
   DataType type_;
   ReduceOp op_;
   size_t bytes_;
-  PeerQueues queues_;
-  int P_ = 1, r_ = 0, p2_ = 1, rem_ = 0, newrank_ = 0, mask_ = 1;
+  int p2_ = 1, rem_ = 0, newrank_ = 0, mask_ = 1;
   uint32_t post_step_ = 1;
   bool sent_ = false;
   Phase phase_ = Phase::kDone;

@@ -8,25 +8,23 @@
 // Each chunk is processed as soon as it arrives and the result is stored straight into the next
 // rank's mailbox slot (one read of each input, one or two stores: the reduction fused with the
 // transfer). The final value of every element is computed once, by its segment's owner, in a
-// fixed order (a left fold along the ring), so every rank receives the same bits.
+// fixed order (a left fold along the ring), so every rank receives the same bits, and the
+// caller's output only ever receives final values.
 //
-// Flow control: the first step's own chunks use the next rank's slots only while at least two
-// are free, keeping one for forwarding, so the ring drains instead of filling up with starts.
 // Segments with no elements still send one empty chunk, so that every rank hears from every
 // other rank and a mismatch in arguments is always detected.
 #include <cstring>
-#include <deque>
 
-#include "collectives/algorithms.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/ring_op.h"
 
 namespace eagercomm::detail {
 namespace {
 
-class RingAllreduce final : public Op {
+class RingAllreduce final : public RingOp {
  public:
   RingAllreduce(OpSignature sig, const void* in, void* out)
-      : Op(sig),
+      : RingOp(sig),
         in_(static_cast<const uint8_t*>(in)),
         out_(static_cast<uint8_t*>(out)),
         type_(static_cast<DataType>(sig.dtype)),
@@ -36,58 +34,12 @@ class RingAllreduce final : public Op {
   Status start(OpContext& ctx) override {
     P_ = ctx.size;
     r_ = ctx.rank;
-    if (P_ == 1) {
-      if (out_ != in_ && sig_.count > 0) std::memcpy(out_, in_, sig_.count * es_);
-      return Status::Ok();
-    }
-    pred_ = (r_ + P_ - 1) % P_;
-    succ_ = (r_ + 1) % P_;
     chunk_elems_ = ctx.mailbox->payload_capacity() / es_;
-    for (int s = 0; s <= 2 * P_ - 3; ++s) expected_ += chunks(segment_received(s));
-    init_total_ = chunks(r_);
+    if (P_ == 1 && out_ != in_ && sig_.count > 0) std::memcpy(out_, in_, sig_.count * es_);
+    size_t expected = 0;
+    for (int s = 0; s <= 2 * P_ - 3; ++s) expected += chunks(segment_received(s));
+    init_ring(ctx, chunks(r_), expected);
     return Status::Ok();
-  }
-
-  Status on_message(OpContext& ctx, const Received& r) override {
-    (void)ctx;
-    if (r.message->peer != pred_) return bad_message(*this, r.message->peer, "ring data from a rank that is not the predecessor");
-    inbound_.push_back(r);
-    return Status::Ok();
-  }
-
-  Result<int> advance(OpContext& ctx) override {
-    if (P_ == 1) return 0;
-    int steps = 0;
-    for (;;) {
-      if (!inbound_.empty()) {
-        Result<bool> r = process_head(ctx);
-        if (!r.ok()) return r.status();
-        if (*r) {
-          ++steps;
-          continue;
-        }
-      }
-      if (init_sent_ < init_total_ && ctx.mailbox->credits(succ_) >= 2) {
-        SendSlot slot;
-        ctx.mailbox->try_acquire(succ_, &slot);
-        const Span c = chunk(r_, init_sent_);
-        if (c.count) std::memcpy(slot.payload, in_ + c.begin * es_, c.count * es_);
-        EC_RETURN_IF_ERROR(send(ctx, slot, MsgKind::kData, 0, r_, init_sent_, c.count * es_));
-        ++init_sent_;
-        ++steps;
-        continue;
-      }
-      return steps;
-    }
-  }
-
-  bool finished() const override {
-    return P_ == 1 || (processed_ == expected_ && init_sent_ == init_total_);
-  }
-
-  void drop_held(OpContext& ctx) override {
-    for (auto& r : inbound_) ctx.mailbox->release(r.message);
-    inbound_.clear();
   }
 
  private:
@@ -104,9 +56,13 @@ class RingAllreduce final : public Op {
     return Span{seg.begin + begin, std::min(chunk_elems_, seg.count - std::min(seg.count, begin))};
   }
 
-  // Processes the oldest received message if it can; false when waiting for a credit.
-  Result<bool> process_head(OpContext& ctx) {
-    const Received& m = inbound_.front();
+  Status send_own(OpContext& ctx, const SendSlot& slot, size_t j) override {
+    const Span c = chunk(r_, j);
+    if (c.count) std::memcpy(slot.payload, in_ + c.begin * es_, c.count * es_);
+    return send(ctx, slot, MsgKind::kData, 0, r_, j, c.count * es_);
+  }
+
+  Result<bool> process(OpContext& ctx, const Received& m) override {
     const int s = static_cast<int>(m.header.step);
     if (m.header.kind != static_cast<uint32_t>(MsgKind::kData) || s > 2 * P_ - 3) {
       return bad_message(*this, pred_, "a ring message with a bad kind or step");
@@ -136,9 +92,6 @@ class RingAllreduce final : public Op {
       std::memcpy(dst, partial, bytes);
     }
     if (!last) EC_RETURN_IF_ERROR(send(ctx, slot, MsgKind::kData, s + 1, g, m.header.b, bytes));
-    ctx.mailbox->release(m.message);
-    inbound_.pop_front();
-    ++processed_;
     return true;
   }
 
@@ -147,11 +100,7 @@ class RingAllreduce final : public Op {
   DataType type_;
   ReduceOp op_;
   size_t es_;
-  int P_ = 1, r_ = 0, pred_ = 0, succ_ = 0;
   size_t chunk_elems_ = 1;
-  size_t expected_ = 0, processed_ = 0;
-  size_t init_total_ = 0, init_sent_ = 0;
-  std::deque<Received> inbound_;
 };
 
 }  // namespace

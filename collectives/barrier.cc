@@ -5,20 +5,12 @@
 namespace eagercomm::detail {
 namespace {
 
-class Barrier final : public Op {
+class Barrier final : public QueuedOp {
  public:
-  explicit Barrier(OpSignature sig) : Op(sig), queues_(1) {}
+  explicit Barrier(OpSignature sig) : QueuedOp(sig) {}
 
   Status start(OpContext& ctx) override {
-    P_ = ctx.size;
-    r_ = ctx.rank;
-    queues_ = PeerQueues(P_);
-    return Status::Ok();
-  }
-
-  Status on_message(OpContext& ctx, const Received& r) override {
-    (void)ctx;
-    queues_.push(r);
+    init_queues(ctx);
     return Status::Ok();
   }
 
@@ -48,11 +40,9 @@ class Barrier final : public Op {
   }
 
   bool finished() const override { return distance_ >= P_; }
-  void drop_held(OpContext& ctx) override { queues_.drop_all(ctx); }
 
  private:
-  PeerQueues queues_;
-  int P_ = 1, r_ = 0, distance_ = 1;
+  int distance_ = 1;
   uint32_t round_ = 0;
   bool sent_ = false;
 };

@@ -149,6 +149,28 @@ class PeerQueues {
   std::vector<std::deque<Received>> queues_;
 };
 
+// An operation that keeps each peer's messages in a FIFO until it consumes them.
+class QueuedOp : public Op {
+ public:
+  using Op::Op;
+  Status on_message(OpContext& ctx, const Received& r) override {
+    (void)ctx;
+    queues_.push(r);
+    return Status::Ok();
+  }
+  void drop_held(OpContext& ctx) override { queues_.drop_all(ctx); }
+
+ protected:
+  // First thing in start().
+  void init_queues(const OpContext& ctx) {
+    P_ = ctx.size;
+    r_ = ctx.rank;
+    queues_ = PeerQueues(P_);
+  }
+  PeerQueues queues_{1};
+  int P_ = 1, r_ = 0;
+};
+
 // Element range [begin, begin + count) of part `index` when `total` elements are split into
 // `parts` near-equal parts (the first total % parts parts get one more).
 struct Span {

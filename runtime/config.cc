@@ -207,9 +207,9 @@ constexpr Variable kVariables[] = {
      .field = field<&Config::rd_max_bytes>()},
     {.name = "EAGERCOMM_DIRECT_MIN_BYTES",
      .kind = Kind::kSize,
-     .default_text = "1MiB",
+     .default_text = "16KiB",
      .doc = "smallest allreduce that auto runs directly on peers' buffers when the transport maps "
-            "them (inproc); below it the ring's pipelining wins over the extra synchronisation",
+            "them (inproc); below it recursive doubling's single exchange per step is faster",
      .field = field<&Config::direct_min_bytes>()},
     {.name = "EAGERCOMM_BCAST_ALGO",
      .kind = Kind::kEnum,

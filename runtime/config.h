@@ -41,7 +41,7 @@ struct Config {
   uint32_t slots = 8;                               // mailbox slots per peer pair
   AllreduceAlgo allreduce_algo = AllreduceAlgo::kAuto;
   size_t rd_max_bytes = 16 * 1024;                  // recursive doubling up to this size
-  size_t direct_min_bytes = 1024 * 1024;            // direct (load/store) allreduce from here
+  size_t direct_min_bytes = 16 * 1024;              // direct (load/store) allreduce from here
   BroadcastAlgo bcast_algo = BroadcastAlgo::kAuto;
   size_t chain_min_bytes = 256 * 1024;              // broadcast by chain from this size
   bool direct = true;                               // store into mapped peer memory if offered

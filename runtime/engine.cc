@@ -179,9 +179,9 @@ void Engine::thread_main() {
   EC_DEBUG(kEngine, "progress thread stopped");
 }
 
-void Engine::run_exclusive(const std::function<void()>& fn) {
-  want_.fetch_add(1, std::memory_order_acq_rel);
+void Engine::acquire_blocking() {
   while (!try_acquire()) {
+    // A driver asleep in block() must wake up to see that someone wants the token.
     source_.interrupt();
     const EventCount::Ticket t = state_.prepare_wait();
     if (!driver_.load(std::memory_order_acquire)) {
@@ -190,6 +190,11 @@ void Engine::run_exclusive(const std::function<void()>& fn) {
     }
     state_.commit_wait(t, std::chrono::milliseconds(1));
   }
+}
+
+void Engine::run_exclusive(const std::function<void()>& fn) {
+  want_.fetch_add(1, std::memory_order_acq_rel);
+  acquire_blocking();
   want_.fetch_sub(1, std::memory_order_acq_rel);
   fn();
   release();
@@ -198,17 +203,8 @@ void Engine::run_exclusive(const std::function<void()>& fn) {
 void Engine::close(const std::function<void()>& fn) {
   stop_thread();
   closing_.store(true, std::memory_order_release);
-  source_.interrupt();
   // Inline drivers see closing_ and release the token promptly.
-  while (!try_acquire()) {
-    source_.interrupt();
-    const EventCount::Ticket t = state_.prepare_wait();
-    if (!driver_.load(std::memory_order_acquire)) {
-      state_.cancel_wait();
-      continue;
-    }
-    state_.commit_wait(t, std::chrono::milliseconds(1));
-  }
+  acquire_blocking();
   fn();
   closed_.store(true, std::memory_order_release);
   release();

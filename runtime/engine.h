@@ -89,6 +89,7 @@ class Engine {
 
  private:
   bool try_acquire();
+  void acquire_blocking();  // waits for the token, waking the current driver to hand it over
   void release();
   // Drives until stop() is true or the deadline passes; returns stop()'s last value.
   bool drive(const std::function<bool()>& stop, Clock::time_point deadline);

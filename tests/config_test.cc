@@ -64,7 +64,7 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_SLOTS", "8"},
       {"EAGERCOMM_ALLREDUCE_ALGO", "auto"},
       {"EAGERCOMM_RD_MAX_BYTES", "16KiB"},
-      {"EAGERCOMM_DIRECT_MIN_BYTES", "1MiB"},
+      {"EAGERCOMM_DIRECT_MIN_BYTES", "16KiB"},
       {"EAGERCOMM_BCAST_ALGO", "auto"},
       {"EAGERCOMM_CHAIN_MIN_BYTES", "256KiB"},
       {"EAGERCOMM_DIRECT", "1"},
