@@ -110,7 +110,7 @@ TEST_P(CollectivesBySize, BroadcastFromEveryRoot) {
   const int P = GetParam();
   auto w = World::make(P, test_config());
   for (size_t count : counts_for(P)) {
-    for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
+    for (DataType type : kAllDataTypes) {
       for (int root = 0; root < P; root += (P > 4 ? P / 3 : 1)) {
         std::vector<TypedBuffer> buf(P);
         for (int r = 0; r < P; ++r) {
@@ -137,7 +137,7 @@ TEST_P(CollectivesBySize, AllgatherInPlaceAndOutOfPlace) {
   auto w = World::make(P, test_config());
   for (size_t count : counts_for(P)) {
     const size_t per_rank = std::min<size_t>(count, kLargeCount / P + 1);
-    for (DataType type : {DataType::kFloat64, DataType::kBFloat16, DataType::kInt32}) {
+    for (DataType type : kAllDataTypes) {
       for (bool in_place : {false, true}) {
         std::vector<TypedBuffer> in(P), out(P);
         for (int r = 0; r < P; ++r) {

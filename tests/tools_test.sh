@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The command-line tools: eagercomm-info lists every variable and rejects bad values by name;
+# eagercomm-bench runs, checks its results, writes valid JSON, and rejects bad flags clearly.
+# usage: tests/tools_test.sh <build-dir>
+set -euo pipefail
+build=${1:?usage: tools_test.sh <build-dir>}
+info=$build/tools/eagercomm-info
+bench=$build/bench/eagercomm-bench
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$info" >"$tmp/info.txt" || fail "eagercomm-info exited $?"
+for var in TRANSPORT LOG_LEVEL LOG_SUBSYS LOG_FILE TIMEOUT SPIN PROGRESS_THREAD SLOT_BYTES SLOTS \
+    ALLREDUCE_ALGO RD_MAX_BYTES DIRECT_MIN_BYTES BCAST_ALGO CHAIN_MIN_BYTES DIRECT; do
+  grep -q "^EAGERCOMM_$var=" "$tmp/info.txt" || fail "eagercomm-info does not list EAGERCOMM_$var"
+done
+grep -q "inproc  compiled=yes available=yes" "$tmp/info.txt" || fail "inproc not listed as available"
+EAGERCOMM_SLOT_BYTES=1M "$info" -c | grep -A1 '^EAGERCOMM_SLOT_BYTES=1MiB' | grep -q 'source: environment' \
+  || fail "eagercomm-info does not say where a value came from"
+
+if EAGERCOMM_SLOTS=1 EAGERCOMM_TRANSPORT=tcp "$info" >"$tmp/out" 2>"$tmp/err"; then
+  fail "eagercomm-info accepted bad values"
+fi
+grep -q "EAGERCOMM_SLOTS" "$tmp/err" || fail "bad EAGERCOMM_SLOTS not named: $(cat "$tmp/err")"
+grep -q "auto|inproc|shm|ucx|verbs" "$tmp/err" || fail "accepted transports not listed: $(cat "$tmp/err")"
+EAGERCOMM_TIMEUOT=5s "$info" -c 2>"$tmp/err" >/dev/null || fail "an unknown variable must only warn"
+grep -q "EAGERCOMM_TIMEOUT" "$tmp/err" || fail "no did-you-mean hint: $(cat "$tmp/err")"
+
+"$bench" --ranks 3 -b 8 -e 64K -f 16 -n 3 -w 1 --json "$tmp/r.json" >"$tmp/bench.txt" \
+  || fail "eagercomm-bench exited $?"
+grep -q "Out of bounds values : 0 OK" "$tmp/bench.txt" || fail "bench footer missing"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['ranks']==3 and [r['bytes'] for r in d['rows']]==[8,128,2048,32768], d" \
+  "$tmp/r.json" || fail "bench JSON invalid"
+for c in broadcast allgather barrier; do
+  "$bench" --ranks 3 --coll $c -b 8 -e 4K -f 64 -n 2 -w 1 -d f16 >/dev/null || fail "bench --coll $c"
+done
+set +e
+"$bench" -b 8x 2>"$tmp/err"; rc=$?
+set -e
+[ $rc -eq 2 ] || fail "bad size: exit $rc, expected 2"
+grep -q -- "-b" "$tmp/err" || fail "bad size error does not name the flag: $(cat "$tmp/err")"
+set +e
+"$bench" --coll gather 2>"$tmp/err"; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "allreduce|broadcast" "$tmp/err" || fail "unknown collective not rejected clearly"
+echo "tools_test: OK"
