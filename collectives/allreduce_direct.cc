@@ -107,6 +107,17 @@ class DirectAllreduce final : public QueuedOp {
 
   bool finished() const override { return phase_ == Phase::kDone; }
 
+  bool shares_buffers() const override { return true; }
+
+  std::vector<int> peers_using_buffers() const override {
+    std::vector<int> out;
+    for (int q = 0; q < P_ && phase_ != Phase::kDone; ++q) {
+      if (q == r_ || sent_.empty() || sent_[q] == 0 || done_from_[q]) continue;
+      if (!queues_.holds(q, 1)) out.push_back(q);  // its "segment done" has not come in yet
+    }
+    return out;
+  }
+
  private:
   enum class Phase { kKeys, kSegmentDone, kDone };
 

@@ -240,6 +240,7 @@ void CommCore::handle(const TransportCompletion& c, int* events) {
       if (ev.peer >= 0) gone_from_[ev.peer] = 0;
       std::vector<Op*> doomed = active_;
       for (Op* op : doomed) fail(op, ev.error, false);
+      if (ev.peer >= 0) release_lender(ev.peer, std::nullopt);
       break;
     }
   }
@@ -259,6 +260,15 @@ void CommCore::dispatch(InMessage* m) {
     EC_WARN(kNet, "rank %d: dropped a message of rank %d for unknown stream %u", rank_, m->peer,
             key_stream(h.key));
     mailbox_->release(m);
+    return;
+  }
+  if (draining_.count(h.key)) {
+    // A failed operation waiting for peers to stop using its buffers: a peer is done when it
+    // says it finished its part (step 1 of the direct protocol) or failed the operation.
+    const int peer = m->peer;
+    const bool done = kind == MsgKind::kOpError || (kind == MsgKind::kData && h.step == 1);
+    mailbox_->release(m);
+    if (done) release_lender(peer, h.key);
     return;
   }
   auto it = by_key_.find(h.key);
@@ -284,8 +294,9 @@ void CommCore::dispatch(InMessage* m) {
   Op* op = it->second;
   if (kind == MsgKind::kOpError) {
     Status s = op_error_status();
+    const int peer = m->peer;
     mailbox_->release(m);
-    fail(op, s, false);
+    fail(op, s, false, peer);  // the reporter has stopped using this rank's buffers
     return;
   }
   if (!(h.sig == op->sig())) {
@@ -343,26 +354,65 @@ void CommCore::on_peer_exit(int peer, uint32_t low_seq) {
     if (key_seq(op->key()) >= from) doomed.push_back(op);
   }
   for (Op* op : doomed) fail(op, gone_status(key_seq(op->key())), false);
+  // The leaver stopped touching this rank's buffers before it said goodbye (same thread, and
+  // the notice follows its last write in the per-pair order).
+  release_lender(peer, std::nullopt);
 }
 
-void CommCore::fail(Op* op, const Status& status, bool tell_peers) {
+void CommCore::fail(Op* op, const Status& status, bool tell_peers, int stopped_peer) {
+  // Peers that hold this rank's buffers (direct allreduce) must hear that it stopped, and this
+  // rank must not report the failure before they stopped too: the caller may free its buffers
+  // the moment the request completes.
+  std::vector<int> users = op->peers_using_buffers();
+  for (int g = 0; g < size_; ++g) {
+    if (gone_from_[g] >= 0 || g == stopped_peer) std::erase(users, g);
+  }
   if (tell_peers) {
     EC_WARN(kColl, "rank %d: %s", rank_, status.message().c_str());
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_ || (gone_from_[peer] >= 0)) continue;
-      outgoing_errors_.push_back(OutgoingError{peer, op->key(), op->sig(),
-                                               static_cast<uint32_t>(status.code()),
-                                               "rank " + std::to_string(rank_) + " reported: " +
-                                                   status.message()});
-    }
   } else {
     EC_DEBUG(kColl, "rank %d: %s", rank_, status.message().c_str());
   }
+  // An operation that shares buffers also tells peers that already left: a leaver waits, in
+  // destroy(), for everyone to confirm they stopped touching its buffers.
+  const bool shares = op->shares_buffers();
+  if (tell_peers || shares) {
+    const std::string text = "rank " + std::to_string(rank_) +
+                             (tell_peers ? " reported: " : " stopped: ") + status.message();
+    // The cause travels on (a mismatch stays a mismatch); this rank's own abort is, for the
+    // peers, a peer failure.
+    const auto code = status.code() == StatusCode::kAborted ? StatusCode::kPeerFailed
+                                                            : status.code();
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_ || (gone_from_[peer] >= 0 && !shares)) continue;
+      outgoing_errors_.push_back(
+          OutgoingError{peer, op->key(), op->sig(), static_cast<uint32_t>(code), text});
+    }
+  }
   op->drop_held(ctx_);
   ++stats_.ops_failed;
-  op->complete(status);
-  retire(op);
+  auto it = std::find(active_.begin(), active_.end(), op);
+  if (it != active_.end()) active_.erase(it);
+  if (users.empty()) {
+    op->complete(status);
+    retire(op);
+  } else {
+    draining_[op->key()] = Draining{op, status, std::move(users)};
+  }
   send_errors();
+}
+
+void CommCore::release_lender(int peer, std::optional<OpKey> key) {
+  for (auto it = draining_.begin(); it != draining_.end();) {
+    if (!key || it->first == *key) std::erase(it->second.pending, peer);
+    if (!it->second.pending.empty()) {
+      ++it;
+      continue;
+    }
+    Op* op = it->second.op;
+    op->complete(it->second.status);
+    it = draining_.erase(it);
+    retire(op);
+  }
 }
 
 void CommCore::finish(Op* op) {
@@ -438,8 +488,41 @@ void CommCore::destroy() {
     while (mailbox_->has_deferred() && std::chrono::steady_clock::now() < deadline) {
       if (!mailbox_->flush()) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
+    drain_lent_buffers();
     EC_DEBUG(kInit, "rank %d: communicator destroyed", rank_);
   });
+}
+
+void CommCore::drain_lent_buffers() {
+  // Operations failed above that lent buffers to peers (direct allreduce) wait for those peers
+  // to stop using them: the caller may free the buffers as soon as destroy() returns. Bounded,
+  // because a dead peer writes nothing and never answers.
+  const auto limit = config_.timeout > std::chrono::nanoseconds::zero()
+                         ? std::min<std::chrono::nanoseconds>(config_.timeout, std::chrono::seconds(10))
+                         : std::chrono::seconds(10);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  if (!draining_.empty()) {
+    EC_DEBUG(kColl, "rank %d: waiting for peers to stop using the buffers of %zu collectives",
+             rank_, draining_.size());
+  }
+  TransportCompletion buf[64];
+  while (!draining_.empty() && std::chrono::steady_clock::now() < deadline) {
+    const size_t n = transport_->poll(buf);
+    int events = 0;
+    for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
+    mailbox_->flush();
+    send_errors();
+    if (n == 0) transport_->wait(std::chrono::milliseconds(1));
+  }
+  if (!draining_.empty()) {
+    EC_WARN(kColl, "rank %d: destroyed with %zu collectives whose peers did not confirm they "
+            "stopped using this rank's buffers", rank_, draining_.size());
+    for (auto& [key, d] : draining_) {
+      d.op->complete(d.status);
+      retire(d.op);
+    }
+    draining_.clear();
+  }
 }
 
 MailboxStats CommCore::mailbox_stats() const {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -70,10 +71,14 @@ class CommCore final : public ProgressSource {
   void dispatch(InMessage* m);
   void on_peer_exit(int peer, uint32_t low_seq);
   // Fails `op`; with tell_peers, every other rank fails it too with `status`'s message.
-  void fail(Op* op, const Status& status, bool tell_peers);
+  // `stopped_peer` (if any) is known to have stopped using this rank's buffers already.
+  void fail(Op* op, const Status& status, bool tell_peers, int stopped_peer = -1);
   void finish(Op* op);
   void retire(Op* op);
   int send_errors();
+  // `peer` no longer uses the buffers of the draining operation `key` (of all, when empty).
+  void release_lender(int peer, std::optional<OpKey> key);
+  void drain_lent_buffers();
   uint64_t widen_seq(uint32_t low24) const;
   Status gone_status(uint64_t seq) const;
 
@@ -108,6 +113,14 @@ class CommCore final : public ProgressSource {
     std::string text;
   };
   std::vector<OutgoingError> outgoing_errors_;
+  // Failed operations whose buffers peers may still be using; they complete when those peers
+  // confirm they stopped (or leave).
+  struct Draining {
+    Op* op;
+    Status status;
+    std::vector<int> pending;
+  };
+  std::map<OpKey, Draining> draining_;
   CoreStats stats_;
 };
 

@@ -99,6 +99,11 @@ class Op : public MpscNode {
   virtual bool finished() const = 0;
   // Releases every message the operation still holds (on failure or abort).
   virtual void drop_held(OpContext& ctx) = 0;
+  // Peers that may still read or write this rank's buffers directly (they hold its remote
+  // keys and have not said they are done). destroy() waits for them before returning.
+  virtual std::vector<int> peers_using_buffers() const { return {}; }
+  // True for algorithms in which peers read or write this rank's buffers directly.
+  virtual bool shares_buffers() const { return false; }
 
   // Completion, visible to the application thread.
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -133,6 +138,13 @@ class PeerQueues {
   explicit PeerQueues(int size) : queues_(size) {}
   void push(const Received& r) { queues_[r.message->peer].push_back(r); }
   bool empty(int peer) const { return queues_[peer].empty(); }
+  // Whether a message of `step` from `peer` is waiting.
+  bool holds(int peer, uint32_t step) const {
+    for (const Received& r : queues_[peer]) {
+      if (r.header.step == step) return true;
+    }
+    return false;
+  }
   const Received& front(int peer) const { return queues_[peer].front(); }
   void pop_release(OpContext& ctx, int peer) {
     ctx.mailbox->release(queues_[peer].front().message);

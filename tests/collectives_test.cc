@@ -472,6 +472,38 @@ TEST(Collectives, DestroyWithOwnRequestPendingAbortsIt) {
             StatusCode::kPeerFailed);
 }
 
+TEST(Collectives, DestroyDuringADirectAllreduceLetsTheCallerFreeItsBuffer) {
+  // Peers of a direct allreduce store into this rank's buffer. Once destroy() returns, the
+  // caller frees it; no peer may write there afterwards (the ASan build checks).
+  for (int round = 0; round < 6; ++round) {
+    const int P = 3;
+    const size_t count = 4 << 20;  // peers take a while to store 16 MiB: destroy lands mid-way
+    auto w = World::make(P, test_config({{"EAGERCOMM_ALLREDUCE_ALGO", "direct"}}));
+    std::vector<Status> st(P);
+    w->run([&](int r, Communicator& c) {
+      if (r == 0) {
+        auto buf = std::make_unique<std::vector<float>>(count, 1.0f);
+        Result<Request> req = c.allreduce_async(buf->data(), buf->data(), count,
+                                                DataType::kFloat32, ReduceOp::kSum);
+        ASSERT_TRUE(req.ok());
+        for (int i = 0; i < round; ++i) (void)req.value().test();  // send the keys, maybe
+        c.destroy();
+        buf.reset();  // freed: peers must be done with it
+        st[r] = req.value().wait(std::chrono::seconds(30));
+        return;
+      }
+      std::vector<float> buf(count, 1.0f);
+      st[r] = c.allreduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    });
+    // Rank 0 either finished before destroying, or was aborted; the others either finished or
+    // learned that rank 0 left. Nobody hangs, and nothing touched freed memory.
+    EXPECT_TRUE(st[0].ok() || st[0].code() == StatusCode::kAborted) << st[0].to_string();
+    for (int r = 1; r < P; ++r) {
+      EXPECT_TRUE(st[r].ok() || st[r].code() == StatusCode::kPeerFailed) << st[r].to_string();
+    }
+  }
+}
+
 TEST(Collectives, NormalShutdownOrderDoesNotFailSlowerRanks) {
   // Rank 0 finishes its last collective and destroys at once; the others are still finishing
   // theirs and must succeed.
