@@ -28,6 +28,13 @@ std::shared_ptr<Op> make_broadcast(OpSignature sig, void* buf);  // tree or chai
 std::shared_ptr<Op> make_ring_allgather(OpSignature sig, const void* in, void* out);
 std::shared_ptr<Op> make_barrier(OpSignature sig);
 
+// The allreduce algorithm for `bytes` under `config`, given the mailbox payload capacity and
+// whether the transport maps peers' memory. Deterministic: ranks configured alike agree.
+Algo choose_allreduce(const Config& config, size_t bytes, size_t payload_capacity,
+                      bool maps_peer_memory);
+// The allreduce state machine named by sig.reserved (an Algo).
+std::shared_ptr<Op> make_allreduce(OpSignature sig, const void* in, void* out);
+
 // A protocol error about a message of `op` from `peer`.
 Status bad_message(const Op& op, int peer, const char* what);
 

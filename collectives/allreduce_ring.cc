@@ -109,6 +109,33 @@ std::shared_ptr<Op> make_ring_allreduce(OpSignature sig, const void* in, void* o
   return std::make_shared<RingAllreduce>(sig, in, out);
 }
 
+Algo choose_allreduce(const Config& config, size_t bytes, size_t payload_capacity,
+                      bool maps_peer_memory) {
+  const bool fits = bytes <= payload_capacity;
+  const bool mapped = config.direct && maps_peer_memory;
+  switch (config.allreduce_algo) {
+    case AllreduceAlgo::kAuto:
+      if (fits && bytes <= config.rd_max_bytes) return Algo::kRecursiveDoubling;
+      if (mapped && bytes >= config.direct_min_bytes) return Algo::kDirect;
+      return Algo::kRing;
+    case AllreduceAlgo::kRecursiveDoubling:
+      return fits ? Algo::kRecursiveDoubling : Algo::kRing;  // too large for one slot: ring
+    case AllreduceAlgo::kDirect:
+      return mapped ? Algo::kDirect : Algo::kRing;  // the transport cannot: ring
+    case AllreduceAlgo::kRing:
+      break;
+  }
+  return Algo::kRing;
+}
+
+std::shared_ptr<Op> make_allreduce(OpSignature sig, const void* in, void* out) {
+  switch (static_cast<Algo>(sig.reserved)) {
+    case Algo::kRecursiveDoubling: return make_rd_allreduce(sig, in, out);
+    case Algo::kDirect: return make_direct_allreduce(sig, in, out);
+    default: return make_ring_allreduce(sig, in, out);
+  }
+}
+
 Status bad_message(const Op& op, int peer, const char* what) {
   return make_status(StatusCode::kProtocolError, "%s #%llu: rank %d sent %s",
                      describe(op.sig()).c_str(),

@@ -138,6 +138,31 @@ void CommCore::submit(std::shared_ptr<Op> op) {
   engine_->kick();
 }
 
+Status CommCore::run(std::shared_ptr<Op> op) {
+  if (destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+  Op* raw = op.get();
+  const Status precheck = raw->precheck_error;
+  submit(op);  // `op` (ours) keeps it alive after the engine lets go
+  if (!precheck.ok()) {
+    engine_->try_progress();
+    return precheck;
+  }
+  const auto deadline = config_.timeout > std::chrono::nanoseconds::zero()
+                            ? Engine::Clock::now() + config_.timeout
+                            : Engine::Clock::time_point::max();
+  if (!engine_->wait([raw] { return raw->done(); }, deadline)) {
+    return make_status(StatusCode::kTimeout, "%s did not finish within %s",
+                       describe(raw->sig()).c_str(), format_duration(config_.timeout).c_str());
+  }
+  return raw->status();
+}
+
+Result<std::unique_ptr<MemoryRegion>> CommCore::allocate(size_t bytes) {
+  Result<std::unique_ptr<MemoryRegion>> out = Status(StatusCode::kInternal, "not run");
+  engine_->run_exclusive([&] { out = transport_->allocate(bytes, MemoryKind::kHost); });
+  return out;
+}
+
 int CommCore::progress() {
   int events = 0;
   while (Op* op = submissions_.pop()) {
@@ -151,7 +176,8 @@ int CommCore::progress() {
     if (n < std::size(buf)) break;
   }
   if (mailbox_->flush()) ++events;
-  events += send_errors();
+  events += send_outgoing();
+  for (auto& [id, handler] : streams_) events += handler->advance();
   for (size_t i = 0; i < active_.size();) {
     Op* op = active_[i];
     Result<int> r = op->advance(ctx_);
@@ -173,7 +199,7 @@ int CommCore::progress() {
 
 void CommCore::block(std::chrono::nanoseconds timeout) {
   // Deferred sends wait for room at a peer, which no notification announces: poll again soon.
-  if (!outgoing_errors_.empty() || mailbox_->has_deferred()) {
+  if (!outgoing_.empty() || mailbox_->has_deferred()) {
     timeout = std::min<std::chrono::nanoseconds>(timeout, std::chrono::microseconds(50));
   }
   transport_->wait(timeout);
@@ -240,7 +266,10 @@ void CommCore::handle(const TransportCompletion& c, int* events) {
       if (ev.peer >= 0) gone_from_[ev.peer] = 0;
       std::vector<Op*> doomed = active_;
       for (Op* op : doomed) fail(op, ev.error, false);
-      if (ev.peer >= 0) release_lender(ev.peer, std::nullopt);
+      if (ev.peer >= 0) {
+        release_lender(ev.peer, std::nullopt);
+        for (auto& [id, handler] : streams_) handler->on_peer_gone(ev.peer, ev.error);
+      }
       break;
     }
   }
@@ -256,12 +285,6 @@ void CommCore::dispatch(InMessage* m) {
                                                 : StatusCode::kPeerFailed;
     return Status(code, text);
   };
-  if (key_stream(h.key) != 0) {
-    EC_WARN(kNet, "rank %d: dropped a message of rank %d for unknown stream %u", rank_, m->peer,
-            key_stream(h.key));
-    mailbox_->release(m);
-    return;
-  }
   if (draining_.count(h.key)) {
     // A failed operation waiting for peers to stop using its buffers: a peer is done when it
     // says it finished its part (step 1 of the direct protocol) or failed the operation.
@@ -272,7 +295,24 @@ void CommCore::dispatch(InMessage* m) {
     return;
   }
   auto it = by_key_.find(h.key);
-  if (it == by_key_.end()) {
+  if (const uint32_t stream = key_stream(h.key); stream != 0) {
+    // Operation messages go to the operation; the rest (activations, arrivals, data for rounds
+    // not started yet) to the stream's handler, or wait for it to attach.
+    const bool for_op = kind == MsgKind::kData || kind == MsgKind::kOpError;
+    if (it == by_key_.end() || !for_op) {
+      auto handler = streams_.find(stream);
+      if (handler != streams_.end()) {
+        handler->second->on_message(m, h);
+      } else if (std::find(detached_streams_.begin(), detached_streams_.end(), stream) !=
+                 detached_streams_.end()) {
+        mailbox_->release(m);
+      } else {
+        ++stats_.unexpected_messages;
+        stream_unexpected_[stream].push_back(m);
+      }
+      return;
+    }
+  } else if (it == by_key_.end()) {
     const uint64_t seq = key_seq(h.key);
     if (seq >= begun_) {
       if (kind == MsgKind::kOpError) {
@@ -351,12 +391,15 @@ void CommCore::on_peer_exit(int peer, uint32_t low_seq) {
   gone_from_[peer] = static_cast<int64_t>(from);
   std::vector<Op*> doomed;
   for (Op* op : active_) {
-    if (key_seq(op->key()) >= from) doomed.push_back(op);
+    if (key_stream(op->key()) == 0 && key_seq(op->key()) >= from) doomed.push_back(op);
   }
   for (Op* op : doomed) fail(op, gone_status(key_seq(op->key())), false);
   // The leaver stopped touching this rank's buffers before it said goodbye (same thread, and
   // the notice follows its last write in the per-pair order).
   release_lender(peer, std::nullopt);
+  const Status why = make_status(StatusCode::kPeerFailed, "rank %d destroyed its communicator",
+                                 peer);
+  for (auto& [id, handler] : streams_) handler->on_peer_gone(peer, why);
 }
 
 void CommCore::fail(Op* op, const Status& status, bool tell_peers, int stopped_peer) {
@@ -384,8 +427,12 @@ void CommCore::fail(Op* op, const Status& status, bool tell_peers, int stopped_p
                                                             : status.code();
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_ || (gone_from_[peer] >= 0 && !shares)) continue;
-      outgoing_errors_.push_back(
-          OutgoingError{peer, op->key(), op->sig(), static_cast<uint32_t>(code), text});
+      MsgHeader h;
+      h.key = op->key();
+      h.sig = op->sig();
+      h.kind = static_cast<uint32_t>(MsgKind::kOpError);
+      h.a = static_cast<uint32_t>(code);
+      outgoing_.push_back(Outgoing{peer, h, text});
     }
   }
   op->drop_held(ctx_);
@@ -393,12 +440,11 @@ void CommCore::fail(Op* op, const Status& status, bool tell_peers, int stopped_p
   auto it = std::find(active_.begin(), active_.end(), op);
   if (it != active_.end()) active_.erase(it);
   if (users.empty()) {
-    op->complete(status);
-    retire(op);
+    complete_op(op, status);
   } else {
     draining_[op->key()] = Draining{op, status, std::move(users)};
   }
-  send_errors();
+  send_outgoing();
 }
 
 void CommCore::release_lender(int peer, std::optional<OpKey> key) {
@@ -409,14 +455,21 @@ void CommCore::release_lender(int peer, std::optional<OpKey> key) {
       continue;
     }
     Op* op = it->second.op;
-    op->complete(it->second.status);
+    const Status status = it->second.status;
     it = draining_.erase(it);
-    retire(op);
+    complete_op(op, status);
   }
 }
 
-void CommCore::finish(Op* op) {
-  op->complete(Status::Ok());
+void CommCore::finish(Op* op) { complete_op(op, Status::Ok()); }
+
+void CommCore::complete_op(Op* op, const Status& status) {
+  op->complete(status);
+  const uint32_t stream = key_stream(op->key());
+  if (stream != 0) {
+    auto it = streams_.find(stream);
+    if (it != streams_.end()) it->second->on_op_done(op, status);
+  }
   retire(op);
 }
 
@@ -428,29 +481,60 @@ void CommCore::retire(Op* op) {
   engine_->notify_waiters();
 }
 
-int CommCore::send_errors() {
+int CommCore::send_outgoing() {
   int sent = 0;
-  for (auto it = outgoing_errors_.begin(); it != outgoing_errors_.end();) {
+  for (auto it = outgoing_.begin(); it != outgoing_.end();) {
     SendSlot slot;
     if (!mailbox_->try_acquire(it->peer, &slot)) {
       ++it;
       continue;
     }
-    MsgHeader h;
-    h.key = it->key;
-    h.sig = it->sig;
-    h.kind = static_cast<uint32_t>(MsgKind::kOpError);
-    h.a = it->code;
-    std::memcpy(slot.user_header, &h, sizeof(h));
+    std::memcpy(slot.user_header, &it->header, sizeof(MsgHeader));
     const size_t n = std::min(it->text.size(), mailbox_->payload_capacity());
     std::memcpy(slot.payload, it->text.data(), n);
     Status s = mailbox_->send(slot, n);
-    if (!s.ok()) EC_WARN(kColl, "rank %d: could not tell rank %d about a failure: %s", rank_,
-                         it->peer, s.to_string().c_str());
-    it = outgoing_errors_.erase(it);
+    if (!s.ok()) {
+      EC_WARN(kColl, "rank %d: could not send a notice to rank %d: %s", rank_, it->peer,
+              s.to_string().c_str());
+    }
+    it = outgoing_.erase(it);
     ++sent;
   }
   return sent;
+}
+
+void CommCore::send_header(int peer, const MsgHeader& h) {
+  outgoing_.push_back(Outgoing{peer, h, {}});
+  send_outgoing();
+}
+
+Status CommCore::attach_stream(uint32_t stream, StreamHandler* handler) {
+  if (destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+  engine_->run_exclusive([&] {
+    streams_[stream] = handler;
+    auto it = stream_unexpected_.find(stream);
+    if (it == stream_unexpected_.end()) return;
+    std::vector<InMessage*> early = std::move(it->second);
+    stream_unexpected_.erase(it);
+    for (InMessage* m : early) dispatch(m);
+  });
+  return Status::Ok();
+}
+
+void CommCore::detach_stream(uint32_t stream) {
+  engine_->run_exclusive([&] {
+    streams_.erase(stream);
+    detached_streams_.push_back(stream);
+  });
+}
+
+void CommCore::start_stream_op(std::shared_ptr<Op> op) {
+  Op* raw = op.get();
+  raw->self = std::move(op);
+  ++stats_.ops_started;
+  by_key_[raw->key()] = raw;
+  active_.push_back(raw);
+  if (Status s = raw->start(ctx_); !s.ok()) fail(raw, s, true);
 }
 
 void CommCore::destroy() {
@@ -459,8 +543,13 @@ void CommCore::destroy() {
   engine_->close([this] {
     while (submitting_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
     while (Op* op = submissions_.pop()) waiting_[key_seq(op->key())] = op;
+    // Streams first: they tell their peers which rounds they will not finish (in order before
+    // the exit notice below).
+    for (auto& [id, handler] : streams_) handler->on_closed();
     uint64_t lowest = begun_;
-    for (Op* op : active_) lowest = std::min(lowest, key_seq(op->key()));
+    for (Op* op : active_) {
+      if (key_stream(op->key()) == 0) lowest = std::min(lowest, key_seq(op->key()));
+    }
     std::vector<Op*> doomed = active_;
     for (Op* op : doomed) {
       fail(op,
@@ -477,6 +566,10 @@ void CommCore::destroy() {
       for (InMessage* m : messages) mailbox_->release(m);
     }
     unexpected_.clear();
+    for (auto& [id, messages] : stream_unexpected_) {
+      for (InMessage* m : messages) mailbox_->release(m);
+    }
+    stream_unexpected_.clear();
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       Status s = mailbox_->send_control(peer, (kControlPeerExit << 24) | (lowest & 0xffffffu));
@@ -511,17 +604,15 @@ void CommCore::drain_lent_buffers() {
     int events = 0;
     for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
     mailbox_->flush();
-    send_errors();
+    send_outgoing();
     if (n == 0) transport_->wait(std::chrono::milliseconds(1));
   }
   if (!draining_.empty()) {
     EC_WARN(kColl, "rank %d: destroyed with %zu collectives whose peers did not confirm they "
             "stopped using this rank's buffers", rank_, draining_.size());
-    for (auto& [key, d] : draining_) {
-      d.op->complete(d.status);
-      retire(d.op);
-    }
+    std::map<OpKey, Draining> left = std::move(draining_);
     draining_.clear();
+    for (auto& [key, d] : left) complete_op(d.op, d.status);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives/op.h"
+#include "collectives/stream_handler.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/mpsc_queue.h"
@@ -48,6 +49,10 @@ class CommCore final : public ProgressSource {
 
   // Numbers `op` in the collective stream and hands it to the engine. Any thread.
   void submit(std::shared_ptr<Op> op);
+  // submit(), then waits for the operation (EAGERCOMM_TIMEOUT), driving progress inline.
+  Status run(std::shared_ptr<Op> op);
+  // Registered transport memory for a runtime-owned buffer (zeroed). Any thread.
+  Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes);
 
   // Fails every pending operation, tells the peers, releases the transport. Idempotent.
   void destroy();
@@ -55,6 +60,25 @@ class CommCore final : public ProgressSource {
 
   MailboxStats mailbox_stats() const;
   CoreStats stats() const;
+
+  // ---- Streams besides the collective stream (partial allreduce objects) ----
+  // A new stream id (application thread; ranks that create their objects in the same order
+  // get the same ids).
+  uint32_t new_stream_id() { return next_stream_.fetch_add(1, std::memory_order_relaxed); }
+  // Any thread: attaches `handler` to `stream` (messages that arrived for it before are handed
+  // over now) / detaches it (later messages of the stream are dropped). Take the driver token.
+  Status attach_stream(uint32_t stream, StreamHandler* handler);
+  void detach_stream(uint32_t stream);
+  // Driver only, for handlers:
+  // Starts an operation whose key the handler set; messages that arrived for it are replayed.
+  void start_stream_op(std::shared_ptr<Op> op);
+  // Fails an operation the handler started (tell_peers: the peers fail it too).
+  void fail_op(Op* op, const Status& status, bool tell_peers) { fail(op, status, tell_peers); }
+  // Sends a header-only message (queued while `peer` has no free slot).
+  void send_header(int peer, const MsgHeader& h);
+  // Routes a message again (after its operation was started).
+  void redispatch(InMessage* m) { dispatch(m); }
+  void release(InMessage* m) { mailbox_->release(m); }
 
   // ProgressSource.
   int progress() override;
@@ -75,7 +99,8 @@ class CommCore final : public ProgressSource {
   void fail(Op* op, const Status& status, bool tell_peers, int stopped_peer = -1);
   void finish(Op* op);
   void retire(Op* op);
-  int send_errors();
+  int send_outgoing();
+  void complete_op(Op* op, const Status& status);
   // `peer` no longer uses the buffers of the draining operation `key` (of all, when empty).
   void release_lender(int peer, std::optional<OpKey> key);
   void drain_lent_buffers();
@@ -105,14 +130,13 @@ class CommCore final : public ProgressSource {
   std::map<OpKey, std::vector<InMessage*>> unexpected_;  // for operations not begun yet
   std::map<OpKey, Status> failed_early_;                 // errors for operations not begun yet
   std::vector<int64_t> gone_from_;           // per peer: first sequence it will never run (-1)
-  struct OutgoingError {
+  // Header-only or short text messages waiting for a free slot at their peer.
+  struct Outgoing {
     int peer;
-    OpKey key;
-    OpSignature sig;
-    uint32_t code;
+    MsgHeader header;
     std::string text;
   };
-  std::vector<OutgoingError> outgoing_errors_;
+  std::vector<Outgoing> outgoing_;
   // Failed operations whose buffers peers may still be using; they complete when those peers
   // confirm they stopped (or leave).
   struct Draining {
@@ -122,6 +146,10 @@ class CommCore final : public ProgressSource {
   };
   std::map<OpKey, Draining> draining_;
   CoreStats stats_;
+  std::atomic<uint32_t> next_stream_{1};
+  std::map<uint32_t, StreamHandler*> streams_;
+  std::map<uint32_t, std::vector<InMessage*>> stream_unexpected_;  // before attach
+  std::vector<uint32_t> detached_streams_;
 };
 
 }  // namespace eagercomm::detail

@@ -139,30 +139,10 @@ Result<Request> Communicator::allreduce_async(const void* send, void* recv, size
                            "allreduce on rank %d: send and receive buffers partially overlap",
                            rank());
   }
-  const Config& cfg = core_->config();
   const size_t n = bytes.ok() ? *bytes : 0;
-  const bool fits = n <= core_->payload_capacity();
-  const bool mapped = cfg.direct && core_->maps_peer_memory();
-  Algo algo = Algo::kRing;
-  switch (cfg.allreduce_algo) {
-    case AllreduceAlgo::kAuto:
-      if (fits && n <= cfg.rd_max_bytes) algo = Algo::kRecursiveDoubling;
-      else if (mapped && n >= cfg.direct_min_bytes) algo = Algo::kDirect;
-      break;
-    case AllreduceAlgo::kRecursiveDoubling:
-      if (fits) algo = Algo::kRecursiveDoubling;  // too large for one slot: ring
-      break;
-    case AllreduceAlgo::kDirect:
-      if (mapped) algo = Algo::kDirect;  // the transport cannot: ring
-      break;
-    case AllreduceAlgo::kRing:
-      break;
-  }
-  sig.reserved = static_cast<uint8_t>(algo);
-  std::shared_ptr<detail::Op> o =
-      algo == Algo::kRecursiveDoubling ? detail::make_rd_allreduce(sig, send, recv)
-      : algo == Algo::kDirect          ? detail::make_direct_allreduce(sig, send, recv)
-                                       : detail::make_ring_allreduce(sig, send, recv);
+  sig.reserved = static_cast<uint8_t>(detail::choose_allreduce(
+      core_->config(), n, core_->payload_capacity(), core_->maps_peer_memory()));
+  std::shared_ptr<detail::Op> o = detail::make_allreduce(sig, send, recv);
   o->precheck_error = precheck;
   return submit(std::move(o));
 }

@@ -84,6 +84,8 @@ struct CommunicatorStats {
   uint64_t engine_blocks = 0;     // times a driver went to sleep waiting for peers
 };
 
+class PartialAllreduce;
+
 class Communicator {
  public:
   // Joins the group of `size` ranks that bootstrap through `store`, as `rank`. Blocks until
@@ -126,6 +128,7 @@ class Communicator {
   CommunicatorStats stats() const;
 
  private:
+  friend class PartialAllreduce;
   explicit Communicator(std::shared_ptr<detail::CommCore> core);
   Result<Request> submit(std::shared_ptr<detail::Op> op);
   std::shared_ptr<detail::CommCore> core_;

@@ -52,7 +52,10 @@ enum class MsgKind : uint32_t {
   kAck = 2,       // broadcast: the sender's subtree checked the signature
   kConfirm = 3,   // broadcast: every rank checked it
   kOpError = 4,   // the sender failed this operation; payload: the reason (text)
-  kPeerExit = 5,  // the sender destroyed its communicator; key: its first unstarted sequence
+  kActivate = 6,      // partial allreduce: round `a` is active (flooded)
+  kArrive = 7,        // partial allreduce: the sender posted fresh for round `a` (to its coordinator)
+  kStreamClosed = 8,  // partial allreduce: the sender will not finish rounds from `a` on
+  kFlushing = 9,      // partial allreduce: the sender is in flush number `a` and posts no more
 };
 
 struct MsgHeader {
@@ -119,6 +122,9 @@ class Op : public MpscNode {
 
   // The engine's reference while the operation is queued or active.
   std::shared_ptr<Op> self;
+  // Whatever owns the operation's buffers, kept alive as long as the operation (partial
+  // allreduce rounds run on buffers of their object, which peers may still be writing into).
+  std::shared_ptr<void> keep_alive;
 
  protected:
   // Fills a slot's header and sends it.

@@ -1,0 +1,467 @@
+#include "collectives/partial_allreduce.h"
+
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "collectives/algorithms.h"
+#include "collectives/comm_core.h"
+#include "collectives/communicator.h"
+#include "collectives/partial_shared.h"
+#include "collectives/partial_stream.h"
+#include "collectives/reduce_kernels.h"
+#include "runtime/log.h"
+
+namespace eagercomm {
+
+using detail::PartialEvent;
+using detail::PartialShared;
+
+// ---- modes ----
+
+std::string PartialMode::name() const {
+  switch (kind) {
+    case PartialKind::kSync: return "sync";
+    case PartialKind::kSolo: return "solo";
+    case PartialKind::kMajority: return "majority";
+    case PartialKind::kQuorum: return "quorum(" + std::to_string(quorum) + ")";
+  }
+  return "?";
+}
+
+Result<PartialMode> parse_partial_mode(std::string_view text) {
+  if (text == "sync") return PartialMode::sync();
+  if (text == "solo") return PartialMode::solo();
+  if (text == "majority") return PartialMode::majority();
+  std::string_view rest;
+  if (text.rfind("quorum:", 0) == 0) rest = text.substr(7);
+  if (text.rfind("quorum(", 0) == 0 && text.back() == ')') rest = text.substr(7, text.size() - 8);
+  if (!rest.empty() && rest.size() < 8 && rest.find_first_not_of("0123456789") == rest.npos) {
+    return PartialMode::quorum_of(std::stoi(std::string(rest)));
+  }
+  return make_status(StatusCode::kInvalidArgument,
+                     "unknown partial allreduce mode '%.*s' (accepted: sync, solo, majority, "
+                     "quorum:K)",
+                     static_cast<int>(text.size()), text.data());
+}
+
+// ---- RoundResult ----
+
+RoundResult::RoundResult(RoundResult&& o) noexcept { *this = std::move(o); }
+
+RoundResult& RoundResult::operator=(RoundResult&& o) noexcept {
+  if (this != &o) {
+    release();
+    round_ = o.round_;
+    size_ = o.size_;
+    meta_ = std::move(o.meta_);
+    data_ = o.data_;
+    count_ = o.count_;
+    type_ = o.type_;
+    owner_ = std::move(o.owner_);
+    buffer_ = o.buffer_;
+    o.data_ = nullptr;
+  }
+  return *this;
+}
+
+RoundResult::~RoundResult() { release(); }
+
+void RoundResult::release() {
+  if (owner_) owner_->recycle(buffer_);
+  owner_.reset();
+  data_ = nullptr;
+}
+
+int RoundResult::fresh_count() const {
+  int n = 0;
+  for (int r = 0; r < size_; ++r) n += fresh(r);
+  return n;
+}
+bool RoundResult::fresh(int rank) const {
+  return rank >= 0 && rank < size_ && meta_[rank] != 0;
+}
+int RoundResult::contributors() const {
+  int n = 0;
+  for (int r = 0; r < size_; ++r) n += posts(r) > 0;
+  return n;
+}
+int RoundResult::age(int rank) const {
+  if (rank < 0 || rank >= size_) return -1;
+  return static_cast<int>(meta_[size_ + rank]) - 1;
+}
+int RoundResult::max_age() const {
+  int m = 0;
+  for (int r = 0; r < size_; ++r) m = std::max(m, age(r));
+  return m;
+}
+int RoundResult::posts(int rank) const {
+  if (rank < 0 || rank >= size_) return 0;
+  return static_cast<int>(meta_[2 * size_ + rank]);
+}
+
+// ---- creation ----
+
+namespace {
+
+// What every rank must agree on, exchanged at creation.
+struct Descriptor {
+  uint64_t count;
+  uint64_t seed;
+  uint32_t dtype;
+  uint32_t kind;
+  int32_t quorum;
+  uint32_t late;
+  uint32_t sync_every;
+  uint32_t result_depth;
+  uint32_t stream;
+  uint32_t reserved;
+};
+static_assert(sizeof(Descriptor) % 8 == 0);
+
+Descriptor describe_args(size_t count, DataType type, PartialMode mode,
+                         const PartialOptions& o, uint32_t stream) {
+  Descriptor d{};
+  d.count = count;
+  d.seed = o.seed;
+  d.dtype = static_cast<uint32_t>(type);
+  d.kind = static_cast<uint32_t>(mode.kind);
+  d.quorum = mode.quorum;
+  d.late = static_cast<uint32_t>(o.late);
+  d.sync_every = o.sync_every;
+  d.result_depth = o.result_depth;
+  d.stream = stream;
+  return d;
+}
+
+// The first argument in which `theirs` differs from `mine`, as "count=10 ... count=11".
+std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_a, int rank_b) {
+  char buf[256];
+  auto say = [&](const char* what, unsigned long long x, unsigned long long y) {
+    snprintf(buf, sizeof(buf),
+             "partial allreduce: rank %d created it with %s=%llu but rank %d with %s=%llu",
+             rank_a, what, x, rank_b, what, y);
+    return std::string(buf);
+  };
+  if (a.count != b.count) return say("count", a.count, b.count);
+  if (a.dtype != b.dtype) return say("type", a.dtype, b.dtype);
+  if (a.kind != b.kind || a.quorum != b.quorum) {
+    auto name = [](const Descriptor& d) {
+      return d.kind <= 3 ? PartialMode{static_cast<PartialKind>(d.kind), d.quorum}.name()
+                         : std::string("mode ") + std::to_string(d.kind);
+    };
+    snprintf(buf, sizeof(buf), "partial allreduce: rank %d created it in mode %s but rank %d in %s",
+             rank_a, name(a).c_str(), rank_b, name(b).c_str());
+    return buf;
+  }
+  if (a.late != b.late) return say("late", a.late, b.late);
+  if (a.sync_every != b.sync_every) return say("sync_every", a.sync_every, b.sync_every);
+  if (a.seed != b.seed) return say("seed", a.seed, b.seed);
+  if (a.result_depth != b.result_depth) return say("result_depth", a.result_depth, b.result_depth);
+  if (a.stream != b.stream) {
+    return say("object number (ranks created partial allreduces in a different order)", a.stream,
+               b.stream);
+  }
+  return {};
+}
+
+Status validate(const Descriptor& d, int size) {
+  if (!is_valid_dtype(d.dtype)) {
+    return make_status(StatusCode::kInvalidArgument, "partial allreduce: data type %u is not a "
+                       "DataType", d.dtype);
+  }
+  if (d.kind > 3) {
+    return make_status(StatusCode::kInvalidArgument, "partial allreduce: mode %u is not a "
+                       "PartialKind", d.kind);
+  }
+  if (d.kind == static_cast<uint32_t>(PartialKind::kQuorum) && (d.quorum < 1 || d.quorum > size)) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "partial allreduce: quorum(%d) with %d ranks (accepted: 1 .. %d)", d.quorum,
+                       size, size);
+  }
+  if (d.late > 1) {
+    return make_status(StatusCode::kInvalidArgument, "partial allreduce: late policy %u is not "
+                       "carry (0) or drop (1)", d.late);
+  }
+  if (d.result_depth < 1 || d.result_depth > 1024) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "partial allreduce: result_depth %u (accepted: 1 .. 1024)", d.result_depth);
+  }
+  if (d.count > (size_t{1} << 40)) {
+    return make_status(StatusCode::kInvalidArgument, "partial allreduce: count %llu is too large",
+                       static_cast<unsigned long long>(d.count));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+PartialAllreduce::PartialAllreduce(std::shared_ptr<detail::CommCore> core,
+                                   std::shared_ptr<PartialShared> shared)
+    : core_(std::move(core)), shared_(std::move(shared)) {}
+
+PartialAllreduce::~PartialAllreduce() { destroy(); }
+
+Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator& comm,
+                                                                  size_t count, DataType type,
+                                                                  PartialMode mode,
+                                                                  const PartialOptions& options) {
+  std::shared_ptr<detail::CommCore> core = comm.core_;
+  if (core->destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+  const int P = core->size();
+  const int rank = core->rank();
+  log_set_thread_rank(rank);
+
+  // Every rank learns every rank's arguments, so all of them report the same error, or none.
+  const uint32_t stream = core->new_stream_id();
+  Descriptor mine = describe_args(count, type, mode, options, stream);
+  const size_t words = sizeof(Descriptor) / 8;
+  std::vector<Descriptor> all(P);
+  detail::OpSignature sig;
+  sig.coll = static_cast<uint8_t>(detail::CollKind::kAllgather);
+  sig.dtype = static_cast<uint8_t>(DataType::kInt64);
+  sig.count = words;
+  sig.reserved = static_cast<uint8_t>(detail::Algo::kRing);
+  EC_RETURN_IF_ERROR(core->run(detail::make_ring_allgather(sig, &mine, all.data())));
+  for (int r = 1; r < P; ++r) {
+    std::string diff = first_difference(all[0], all[r], 0, r);
+    if (!diff.empty()) return Status(StatusCode::kMismatch, diff);
+  }
+  EC_RETURN_IF_ERROR(validate(all[0], P));
+
+  const size_t buffers = options.result_depth + 1;
+  auto shared = std::make_shared<PartialShared>(buffers, 4096);
+  shared->stream = stream;
+  shared->rank = rank;
+  shared->size = P;
+  shared->count = count;
+  shared->type = type;
+  shared->bytes = count * dtype_size(type);
+  shared->mode = mode;
+  shared->options = options;
+  shared->core = core;
+  for (size_t b = 0; b < buffers; ++b) {
+    auto buf = std::make_unique<detail::ContributionBuffer>();
+    EC_ASSIGN_OR_RETURN(buf->region, core->allocate(shared->bytes));
+    shared->buffers.push_back(std::move(buf));
+    if (b > 0) (void)shared->free_buffers.try_push(static_cast<uint32_t>(b));
+  }
+  shared->open.store(PartialShared::pack(0, 0));
+
+  std::unique_ptr<PartialAllreduce> pa(new PartialAllreduce(core, shared));
+  pa->stream_ = std::make_unique<detail::PartialStream>(*core, shared);
+  EC_RETURN_IF_ERROR(core->attach_stream(stream, pa->stream_.get()));
+  // Rounds need every rank's engine while its application computes.
+  if (core->config().progress_thread == ProgressThreadMode::kAuto) core->engine().start_thread();
+  EC_INFO(kPartial, "rank %d: partial allreduce %u: %zu x %s, mode %s, %s, sync_every %u, "
+          "result_depth %u",
+          rank, stream, count, std::string(dtype_name(type)).c_str(), mode.name().c_str(),
+          options.late == LatePolicy::kCarry ? "carry" : "drop", options.sync_every,
+          options.result_depth);
+  return pa;
+}
+
+// ---- posting ----
+
+Status PartialAllreduce::post(const void* gradient, size_t count, DataType type) {
+  PartialShared& s = *shared_;
+  if (s.closed.load(std::memory_order_acquire)) {
+    return Status(StatusCode::kAborted, "partial allreduce: post() after destroy()");
+  }
+  if (count != s.count || type != s.type) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "partial allreduce: post() of %zu x %s, but the object holds %zu x %s",
+                       count, std::string(dtype_name(type)).c_str(), s.count,
+                       std::string(dtype_name(s.type)).c_str());
+  }
+  if (gradient == nullptr && count > 0) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "partial allreduce: post() of a null gradient with count %zu", count);
+  }
+  if (s.broken.load(std::memory_order_acquire)) return s.error;
+
+  const uint64_t base = consumed_;
+  uint64_t round = 0;
+  bool late = false;
+  for (;;) {
+    const uint64_t open = s.open.load(std::memory_order_seq_cst);
+    detail::ContributionBuffer& buf = *s.buffers[PartialShared::open_buffer(open)];
+    buf.writers.fetch_add(1, std::memory_order_seq_cst);
+    if (s.open.load(std::memory_order_seq_cst) != open) {
+      buf.writers.fetch_sub(1, std::memory_order_release);
+      continue;  // the round activated meanwhile: post into the next one
+    }
+    round = PartialShared::open_round(open);
+    late = base != round;
+    if (late && s.options.late == LatePolicy::kDrop) {
+      buf.writers.fetch_sub(1, std::memory_order_release);
+      s.dropped_posts.fetch_add(1, std::memory_order_relaxed);
+      return Status::Ok();
+    }
+    reduce(s.type, ReduceOp::kSum, buf.data(), buf.data(), gradient, count);
+    ++buf.posts;
+    buf.fresh |= !late;
+    buf.min_base = std::min(buf.min_base, base);
+    buf.writers.fetch_sub(1, std::memory_order_seq_cst);
+    break;
+  }
+  s.posts.fetch_add(1, std::memory_order_relaxed);
+  if (late) s.late_posts.fetch_add(1, std::memory_order_relaxed);
+
+  // The engine decides what the post sets off (it knows which ranks are flushing); the kick
+  // also wakes an engine waiting for this post to leave a buffer it just took.
+  push_event(PartialEvent{PartialEvent::Kind::kPosted, round, !late, 0});
+  return Status::Ok();
+}
+
+void PartialAllreduce::push_event(const detail::PartialEvent& event) {
+  while (!shared_->events.try_push(event)) {
+    core_->engine().kick();
+    std::this_thread::yield();
+  }
+  core_->engine().kick();
+}
+
+// ---- results ----
+
+Result<std::optional<RoundResult>> PartialAllreduce::poll() {
+  PartialShared& s = *shared_;
+  if (s.closed.load(std::memory_order_acquire)) {
+    return Status(StatusCode::kAborted, "partial allreduce: poll() after destroy()");
+  }
+  detail::RoundRecord record;
+  bool got = s.results.try_pop(record);
+  if (!got && !core_->engine().has_thread()) {
+    core_->engine().try_progress();
+    got = s.results.try_pop(record);
+  }
+  if (!got) {
+    if (!s.broken.load(std::memory_order_acquire)) return std::optional<RoundResult>();
+    // Every result before a failure is queued before the failure is published.
+    if (!s.results.try_pop(record)) return s.error;
+  }
+  RoundResult r;
+  r.round_ = record.round;
+  r.size_ = s.size;
+  r.meta_ = std::move(record.meta);
+  r.data_ = s.buffers[record.buffer]->data();
+  r.count_ = s.count;
+  r.type_ = s.type;
+  r.owner_ = shared_;
+  r.buffer_ = record.buffer;
+  ++consumed_;
+  return std::optional<RoundResult>(std::move(r));
+}
+
+Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout) {
+  PartialShared& s = *shared_;
+  log_set_thread_rank(s.rank);
+  const auto deadline = timeout > std::chrono::nanoseconds::zero()
+                            ? Engine::Clock::now() + timeout
+                            : Engine::Clock::time_point::max();
+  for (;;) {
+    EC_ASSIGN_OR_RETURN(std::optional<RoundResult> r, poll());
+    if (r) return std::move(*r);
+    const bool ready = core_->engine().wait(
+        [&s] {
+          return s.results.size_approx() > 0 || s.broken.load(std::memory_order_acquire) ||
+                 s.closed.load(std::memory_order_acquire);
+        },
+        deadline);
+    if (!ready) {
+      return make_status(StatusCode::kTimeout,
+                         "partial allreduce: round %llu did not complete on rank %d within %s",
+                         static_cast<unsigned long long>(consumed_), s.rank,
+                         format_duration(timeout).c_str());
+    }
+  }
+}
+
+Result<RoundResult> PartialAllreduce::wait() { return wait(core_->config().timeout); }
+
+Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)>& apply) {
+  PartialShared& s = *shared_;
+  if (s.closed.load(std::memory_order_acquire)) {
+    return Status(StatusCode::kAborted, "partial allreduce: flush() after destroy()");
+  }
+  log_set_thread_rank(s.rank);
+  // Ranks still in their loop must not wait for this one's posts any more.
+  const uint64_t number = ++flushes_;
+  push_event(PartialEvent{PartialEvent::Kind::kFlushing, number, false, 0});
+  // Every post of every rank precedes that rank's read below and lands in a round no later than
+  // the rounds it had entered, so no later than the maximum over ranks: that round, forced
+  // active everywhere, closes the books. The exchange runs while results keep flowing.
+  auto last = std::make_shared<int64_t>(
+      static_cast<int64_t>(s.activated.load(std::memory_order_acquire)));
+  detail::OpSignature sig;
+  sig.coll = static_cast<uint8_t>(detail::CollKind::kAllreduce);
+  sig.dtype = static_cast<uint8_t>(DataType::kInt64);
+  sig.redop = static_cast<uint8_t>(ReduceOp::kMax);
+  sig.count = 1;
+  sig.reserved = static_cast<uint8_t>(detail::Algo::kRecursiveDoubling);
+  std::shared_ptr<detail::Op> exchange = detail::make_allreduce(sig, last.get(), last.get());
+  exchange->keep_alive = last;
+  if (core_->destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+  core_->submit(exchange);
+
+  std::optional<uint64_t> round;
+  const auto timeout = core_->config().timeout;
+  for (;;) {
+    if (!round && exchange->done()) {
+      EC_RETURN_IF_ERROR(exchange->status());
+      round = static_cast<uint64_t>(*last);
+      push_event(PartialEvent{PartialEvent::Kind::kForce, *round, false, number});
+    }
+    if (round && consumed_ > *round) return *round;
+    EC_ASSIGN_OR_RETURN(std::optional<RoundResult> r, poll());
+    if (r) {
+      if (apply) apply(std::move(*r));
+      continue;
+    }
+    const auto deadline = timeout > std::chrono::nanoseconds::zero()
+                              ? Engine::Clock::now() + timeout
+                              : Engine::Clock::time_point::max();
+    const bool ready = core_->engine().wait(
+        [&] {
+          return s.results.size_approx() > 0 || s.broken.load(std::memory_order_acquire) ||
+                 (!round && exchange->done());
+        },
+        deadline);
+    if (!ready) {
+      return make_status(StatusCode::kTimeout,
+                         "partial allreduce: flush on rank %d made no progress within %s "
+                         "(waiting for %s)",
+                         s.rank, format_duration(timeout).c_str(),
+                         round ? "the flush round" : "every rank to call flush()");
+    }
+  }
+}
+
+// ---- teardown and introspection ----
+
+void PartialAllreduce::destroy() {
+  if (!shared_ || shared_->closed.exchange(true, std::memory_order_acq_rel)) return;
+  detail::PartialStream* stream = stream_.get();
+  core_->engine().run_exclusive([stream] {
+    stream->close(Status(StatusCode::kAborted, "partial allreduce: destroyed"));
+  });
+  core_->detach_stream(shared_->stream);
+  core_->engine().notify_waiters();
+}
+
+PartialStats PartialAllreduce::stats() const {
+  const PartialShared& s = *shared_;
+  PartialStats out;
+  out.posts = s.posts.load(std::memory_order_relaxed);
+  out.late_posts = s.late_posts.load(std::memory_order_relaxed);
+  out.dropped_posts = s.dropped_posts.load(std::memory_order_relaxed);
+  out.rounds_activated = s.activated.load(std::memory_order_relaxed);
+  out.rounds_delivered = s.delivered.load(std::memory_order_relaxed);
+  return out;
+}
+
+size_t PartialAllreduce::count() const { return shared_->count; }
+DataType PartialAllreduce::type() const { return shared_->type; }
+PartialMode PartialAllreduce::mode() const { return shared_->mode; }
+
+}  // namespace eagercomm

@@ -1,0 +1,205 @@
+// Partial allreduce (DESIGN.md section 5): the eager-SGD collective that stops fast ranks from
+// waiting for slow ones.
+//
+// A PartialAllreduce is a persistent object made once per gradient buffer (collectively, by every
+// rank of a communicator, with the same arguments). It runs *rounds*. Every rank posts its
+// gradients into an open contribution at its own pace; when a round activates, every rank's
+// engine takes whatever that rank has posted so far as its contribution (zeros, or carried late
+// gradients, for a rank that has not posted) and the round's data phase sums the contributions.
+// Every rank receives every round's result, in round order, bit-identical on every rank.
+//
+//   auto pa = PartialAllreduce::create(comm, n, DataType::kFloat32, PartialMode::solo());
+//   for (step ...) {
+//     compute(grad);
+//     pa.value()->post(grad.data(), n, DataType::kFloat32);
+//     // apply what has completed; wait only if nothing completed since the previous post
+//     while (auto r = pa.value()->poll(); r.ok() && r.value()) apply(*r.value());
+//   }
+//   pa.value()->flush(apply);   // drains everything carried: every post applied exactly once
+//
+// Modes (who activates round r; only fresh posts, those meant for round r, count):
+//   solo        the first post for round r, on any rank;
+//   majority    the post for round r of its initiator, a rank drawn from a PRNG shared by all
+//               ranks (seed, r): in expectation at least half the contributions are fresh;
+//   quorum(k)   the round's coordinator (rank r mod P), once k ranks have posted fresh for r:
+//               at least k contributions are fresh, guaranteed;
+//   sync        quorum(P): a synchronous allreduce of every rank's fresh gradient.
+// Every sync_every-th round (option) is synchronous whatever the mode, which bounds staleness:
+// every post lands at most sync_every - 1 rounds after the round it was meant for.
+//
+// Fresh and late: a post is meant for the round after the last result this rank has taken
+// (poll/wait), i.e. it was computed on the model every result so far was applied to. It is fresh
+// if it lands in that round; late if that round had already activated. Under late=carry (the
+// default) a late post is contributed to the next round, never lost; under late=drop it is
+// discarded and counted (the paper's reference behaviour).
+//
+// Back-pressure, not overwrite: a rank holds at most result_depth rounds that have activated but
+// whose RoundResult it has not released yet. When it is full it stops taking part in new rounds
+// (the others then wait for it) until the application consumes results. RoundResult owns its
+// buffer: release it (let it go out of scope) promptly.
+//
+// Progress: rounds need every rank's engine. With EAGERCOMM_PROGRESS_THREAD=auto (default) or on,
+// creating a partial allreduce starts the communicator's progress thread, so a rank takes part
+// in rounds while its application thread computes. With off, rounds progress only inside
+// post/poll/wait/flush calls.
+//
+// Threading: one application thread at a time per object (post, poll, wait, flush); the object
+// may be used while other threads use the communicator for ordinary collectives.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/dtype.h"
+#include "runtime/status.h"
+
+namespace eagercomm {
+
+class Communicator;
+
+namespace detail {
+struct PartialShared;
+struct PartialEvent;
+class PartialStream;
+class CommCore;
+}  // namespace detail
+
+enum class PartialKind : uint8_t { kSync = 0, kSolo = 1, kMajority = 2, kQuorum = 3 };
+
+struct PartialMode {
+  PartialKind kind = PartialKind::kSolo;
+  int quorum = 0;  // k, for kQuorum
+
+  static PartialMode sync() { return {PartialKind::kSync, 0}; }
+  static PartialMode solo() { return {PartialKind::kSolo, 0}; }
+  static PartialMode majority() { return {PartialKind::kMajority, 0}; }
+  static PartialMode quorum_of(int k) { return {PartialKind::kQuorum, k}; }
+  // "sync", "solo", "majority", "quorum(3)".
+  std::string name() const;
+};
+
+// Accepts "sync", "solo", "majority", "quorum:K" and "quorum(K)".
+Result<PartialMode> parse_partial_mode(std::string_view text);
+
+enum class LatePolicy : uint8_t { kCarry = 0, kDrop = 1 };
+
+struct PartialOptions {
+  LatePolicy late = LatePolicy::kCarry;
+  uint32_t sync_every = 0;    // every N-th round is synchronous; 0: never
+  uint64_t seed = 0;          // shared PRNG seed (majority initiators)
+  uint32_t result_depth = 4;  // rounds a rank may hold unreleased (1 .. 1024)
+};
+
+// One round's result. Move-only; owns the result buffer until destroyed.
+class RoundResult {
+ public:
+  RoundResult(RoundResult&&) noexcept;
+  RoundResult& operator=(RoundResult&&) noexcept;
+  ~RoundResult();
+
+  uint64_t round() const { return round_; }
+  // Ranks whose contribution held a post meant for this round.
+  int fresh_count() const;
+  bool fresh(int rank) const;
+  // Ranks that contributed any data (fresh or carried).
+  int contributors() const;
+  // Age in rounds of `rank`'s oldest post in this round (0: fresh); -1 when it had no data.
+  int age(int rank) const;
+  // The oldest carried gradient's age over all ranks (0 when everything was fresh or empty).
+  int max_age() const;
+  // Posts `rank` folded into its contribution.
+  int posts(int rank) const;
+
+  // The sum of the contributions: count() elements of type().
+  const void* data() const { return data_; }
+  size_t count() const { return count_; }
+  DataType type() const { return type_; }
+  template <class T>
+  std::span<const T> as() const {
+    return {static_cast<const T*>(data_), count_};
+  }
+
+ private:
+  friend class detail::PartialStream;
+  friend class PartialAllreduce;
+  RoundResult() = default;
+  void release();
+
+  uint64_t round_ = 0;
+  int size_ = 0;
+  std::vector<int64_t> meta_;  // per rank: fresh, age + 1, posts
+  const void* data_ = nullptr;
+  size_t count_ = 0;
+  DataType type_ = DataType::kFloat32;
+  std::shared_ptr<detail::PartialShared> owner_;
+  uint32_t buffer_ = 0;
+};
+
+struct PartialStats {
+  uint64_t posts = 0;          // post() calls that added data
+  uint64_t late_posts = 0;     // of those, posts that missed the round they were meant for
+  uint64_t dropped_posts = 0;  // late posts discarded (late=drop)
+  uint64_t rounds_activated = 0;
+  uint64_t rounds_delivered = 0;
+};
+
+class PartialAllreduce {
+ public:
+  // Collective: every rank of `comm` calls it, in the same order relative to its other
+  // create() calls, with the same arguments. Arguments that are out of range or differ between
+  // ranks fail on every rank with a message naming the rank and the argument.
+  static Result<std::unique_ptr<PartialAllreduce>> create(Communicator& comm, size_t count,
+                                                          DataType type, PartialMode mode,
+                                                          const PartialOptions& options = {});
+  ~PartialAllreduce();  // destroy()
+  PartialAllreduce(const PartialAllreduce&) = delete;
+  PartialAllreduce& operator=(const PartialAllreduce&) = delete;
+
+  // Adds `gradient` (count elements of type, as created) into this rank's open contribution.
+  // Never waits for other ranks.
+  Status post(const void* gradient, size_t count, DataType type);
+
+  // The next round's result if it is complete (nullopt if not yet); the stream's error once
+  // every round before the failure has been delivered.
+  Result<std::optional<RoundResult>> poll();
+  // The next round's result, waiting up to `timeout` (default EAGERCOMM_TIMEOUT).
+  Result<RoundResult> wait(std::chrono::nanoseconds timeout);
+  Result<RoundResult> wait();
+
+  // Collective: drains every carried contribution. Everything any rank posted before its flush()
+  // lands in a round no later than the returned one (the flush round), which activates on every
+  // rank. Until that round's result, every result goes to `apply` (other ranks may still be
+  // finishing their loops: this rank keeps taking part and keeps consuming, so back-pressure
+  // cannot stall them). After flush() returns, the results received add up to every post.
+  // While a rank flushes it posts no more, so the others' rounds no longer wait for it: quorums
+  // count it as arrived and a majority round it would initiate activates on any post.
+  Result<uint64_t> flush(const std::function<void(RoundResult&&)>& apply);
+
+  // Stops taking part: rounds in flight fail here, and the peers' rounds from the first one
+  // this rank did not finish fail with kPeerFailed. Idempotent; later calls return kAborted.
+  void destroy();
+
+  PartialStats stats() const;
+  size_t count() const;
+  DataType type() const;
+  PartialMode mode() const;
+
+ private:
+  PartialAllreduce(std::shared_ptr<detail::CommCore> core,
+                   std::shared_ptr<detail::PartialShared> shared);
+  void push_event(const detail::PartialEvent& event);
+  std::shared_ptr<detail::CommCore> core_;
+  std::shared_ptr<detail::PartialShared> shared_;
+  std::unique_ptr<detail::PartialStream> stream_;
+  uint64_t consumed_ = 0;  // results handed to the application: the model version posts build on
+  uint64_t flushes_ = 0;
+};
+
+}  // namespace eagercomm

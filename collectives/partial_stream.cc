@@ -1,0 +1,347 @@
+#include "collectives/partial_stream.h"
+
+#include <algorithm>
+
+#include "collectives/comm_core.h"
+#include "runtime/log.h"
+
+namespace eagercomm::detail {
+namespace {
+
+// Round r's data allreduce has sequence 2r in the stream, its metadata allreduce 2r + 1.
+uint64_t round_of(OpKey key) { return key_seq(key) / 2; }
+bool is_meta(OpKey key) { return key_seq(key) % 2 == 1; }
+
+}  // namespace
+
+PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shared)
+    : core_(core),
+      shared_(std::move(shared)),
+      P_(shared_->size),
+      r_(shared_->rank),
+      peer_closed_(P_, false),
+      flushing_(P_, 0) {
+  data_sig_.coll = static_cast<uint8_t>(CollKind::kAllreduce);
+  data_sig_.dtype = static_cast<uint8_t>(shared_->type);
+  data_sig_.redop = static_cast<uint8_t>(ReduceOp::kSum);
+  data_sig_.count = shared_->count;
+  data_sig_.reserved = static_cast<uint8_t>(choose_allreduce(
+      core_.config(), shared_->bytes, core_.payload_capacity(), core_.maps_peer_memory()));
+  meta_sig_ = data_sig_;
+  meta_sig_.dtype = static_cast<uint8_t>(DataType::kInt64);
+  meta_sig_.count = 3 * static_cast<uint64_t>(P_);
+  meta_sig_.reserved = static_cast<uint8_t>(
+      choose_allreduce(core_.config(), meta_sig_.count * 8, core_.payload_capacity(),
+                       core_.maps_peer_memory()));
+}
+
+PartialStream::~PartialStream() {
+  for (auto& [round, messages] : stashed_) {
+    for (InMessage* m : messages) core_.release(m);
+  }
+}
+
+void PartialStream::send(int peer, MsgKind kind, uint64_t round) {
+  MsgHeader h;
+  h.key = make_key(shared_->stream, 2 * round);
+  h.sig = data_sig_;
+  h.kind = static_cast<uint32_t>(kind);
+  h.a = round;
+  core_.send_header(peer, h);
+}
+
+void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
+  const auto kind = static_cast<MsgKind>(h.kind);
+  const int peer = m->peer;
+  switch (kind) {
+    case MsgKind::kActivate:
+      core_.release(m);
+      if (!closed_) want(h.a + 1);
+      return;
+    case MsgKind::kArrive:
+      core_.release(m);
+      if (!closed_) count_arrival(h.a, peer);
+      return;
+    case MsgKind::kFlushing:
+      core_.release(m);
+      if (!closed_ && h.a > flush_done_) {
+        flushing_[peer] = std::max(flushing_[peer], h.a);
+        reevaluate();
+      }
+      return;
+    case MsgKind::kStreamClosed:
+      core_.release(m);
+      peer_closed_[peer] = true;
+      break_from(h.a, make_status(StatusCode::kPeerFailed,
+                                  "partial allreduce: rank %d stopped taking part before round "
+                                  "%llu (it destroyed the object or its communicator)",
+                                  peer, static_cast<unsigned long long>(h.a)));
+      return;
+    default:
+      break;
+  }
+  // Data (or a failure notice) of a round whose operation is not running here.
+  const uint64_t round = round_of(h.key);
+  if (closed_ || round >= broken_from_) {
+    core_.release(m);
+    return;
+  }
+  auto it = rounds_.find(round);
+  if (round < activated_ && (it == rounds_.end() || it->second.started)) {
+    core_.release(m);  // the round's operations already finished: a late duplicate
+    return;
+  }
+  // A data message of round r also activates r; it waits for the round's operation.
+  want(round + 1);
+  stashed_[round].push_back(m);
+}
+
+int PartialStream::advance() {
+  int events = drain_events();
+  while (activated_ < want_ && activate_next()) ++events;
+  events += start_taken();
+  events += deliver();
+  return events;
+}
+
+int PartialStream::drain_events() {
+  int n = 0;
+  PartialEvent e;
+  while (shared_->events.try_pop(e)) {
+    ++n;
+    if (closed_) continue;
+    switch (e.kind) {
+      case PartialEvent::Kind::kPosted:
+        // Only a post meant for its round (fresh) sets a round off: a late post is this rank's
+        // call for an iteration whose round has already run, and must not start a later one.
+        if (e.fresh) {
+          posted_ = true;
+          last_posted_ = std::max(last_posted_, e.round);
+        }
+        if (shared_->synchronous(e.round) || shared_->mode.kind == PartialKind::kQuorum) {
+          // Only fresh posts count towards a quorum; the round's coordinator counts them.
+          if (!e.fresh) break;
+          const int c = shared_->coordinator(e.round);
+          if (c == r_) {
+            count_arrival(e.round, r_);
+          } else {
+            send(c, MsgKind::kArrive, e.round);
+          }
+        } else {
+          consider_trigger(e.round);
+        }
+        break;
+      case PartialEvent::Kind::kFlushing:
+        flushing_[r_] = e.round;
+        for (int peer = 0; peer < P_; ++peer) {
+          if (peer != r_) send(peer, MsgKind::kFlushing, e.round);
+        }
+        reevaluate();
+        break;
+      case PartialEvent::Kind::kForce:
+        flush_rounds_[e.flush] = e.round;
+        want(e.round + 1);
+        break;
+    }
+  }
+  return n;
+}
+
+void PartialStream::consider_trigger(uint64_t round) {
+  if (round < activated_ || !posted_ || last_posted_ < round) return;
+  if (shared_->synchronous(round) || shared_->mode.kind == PartialKind::kQuorum) return;
+  if (shared_->mode.kind == PartialKind::kSolo) {
+    want(round + 1);
+  } else {
+    const int initiator = shared_->initiator(round);
+    if (initiator == r_ || flushing(initiator)) want(round + 1);
+  }
+}
+
+void PartialStream::count_arrival(uint64_t round, int peer) {
+  if (round < activated_) return;  // already active
+  std::vector<bool>& seen = arrivals_[round];
+  if (seen.empty()) seen.assign(P_, false);
+  seen[peer] = true;
+  check_quorum(round);
+}
+
+void PartialStream::check_quorum(uint64_t round) {
+  auto it = arrivals_.find(round);
+  if (it == arrivals_.end()) return;
+  if (round < activated_) {
+    arrivals_.erase(it);
+    return;
+  }
+  int count = 0;
+  for (int i = 0; i < P_; ++i) count += it->second[i] || flushing(i);
+  if (count >= shared_->quorum(round)) {
+    arrivals_.erase(it);
+    want(round + 1);
+  }
+}
+
+void PartialStream::reevaluate() {
+  std::vector<uint64_t> pending;
+  for (const auto& [round, seen] : arrivals_) pending.push_back(round);
+  for (uint64_t round : pending) check_quorum(round);
+  consider_trigger(activated_);
+}
+
+bool PartialStream::activate_next() {
+  if (closed_ || activated_ >= broken_from_) return false;
+  uint32_t fresh_buffer = 0;
+  if (!shared_->free_buffers.try_pop(fresh_buffer)) return false;  // back-pressure
+  const uint64_t round = activated_;
+  const uint64_t old =
+      shared_->open.exchange(PartialShared::pack(round + 1, fresh_buffer), std::memory_order_seq_cst);
+  if (PartialShared::open_round(old) != round) {
+    EC_ERROR(kPartial, "rank %d: partial allreduce: open round %llu, expected %llu", r_,
+             static_cast<unsigned long long>(PartialShared::open_round(old)),
+             static_cast<unsigned long long>(round));
+  }
+  Round& entered = rounds_[round];
+  entered.buffer = PartialShared::open_buffer(old);
+  activated_ = round + 1;
+  shared_->activated.store(activated_, std::memory_order_release);
+  arrivals_.erase(round);
+  // A flush is over once its round is active here; its flushing marks no longer count.
+  for (auto it = flush_rounds_.begin(); it != flush_rounds_.end() && it->second <= round;) {
+    flush_done_ = std::max(flush_done_, it->first);
+    it = flush_rounds_.erase(it);
+  }
+  flood(round);
+  EC_TRACE(kPartial, "rank %d: round %llu active", r_, static_cast<unsigned long long>(round));
+  return true;
+}
+
+void PartialStream::flood(uint64_t round) {
+  for (int d = 1; d < P_; d *= 2) send((r_ + d) % P_, MsgKind::kActivate, round);
+}
+
+int PartialStream::start_taken() {
+  int n = 0;
+  for (auto& [index, round] : rounds_) {
+    if (round.started) continue;
+    if (index >= broken_from_) break;
+    // Posts that announced themselves on the buffer before it was taken finish first.
+    if (shared_->buffers[round.buffer]->writers.load(std::memory_order_acquire) != 0) continue;
+    start(index, round);
+    ++n;
+  }
+  return n;
+}
+
+void PartialStream::start(uint64_t index, Round& round) {
+  ContributionBuffer& buf = *shared_->buffers[round.buffer];
+  round.meta.assign(3 * static_cast<size_t>(P_), 0);
+  round.meta[r_] = buf.fresh ? 1 : 0;
+  round.meta[P_ + r_] = buf.posts ? static_cast<int64_t>(index - buf.min_base) + 1 : 0;
+  round.meta[2 * P_ + r_] = buf.posts;
+  round.started = true;
+
+  std::shared_ptr<Op> data = make_allreduce(data_sig_, buf.data(), buf.data());
+  data->set_key(make_key(shared_->stream, 2 * index));
+  data->keep_alive = shared_;
+  std::shared_ptr<Op> meta = make_allreduce(meta_sig_, round.meta.data(), round.meta.data());
+  meta->set_key(make_key(shared_->stream, 2 * index + 1));
+  meta->keep_alive = shared_;
+  round.data_op = data.get();
+  round.meta_op = meta.get();
+  core_.start_stream_op(std::move(data));
+  core_.start_stream_op(std::move(meta));
+
+  auto stash = stashed_.find(index);
+  if (stash != stashed_.end()) {
+    std::vector<InMessage*> messages = std::move(stash->second);
+    stashed_.erase(stash);
+    for (InMessage* m : messages) core_.redispatch(m);
+  }
+}
+
+void PartialStream::on_op_done(Op* op, const Status& status) {
+  auto it = rounds_.find(round_of(op->key()));
+  if (it == rounds_.end()) return;
+  Round& round = it->second;
+  if (is_meta(op->key())) {
+    round.meta_done = true;
+    round.meta_op = nullptr;
+  } else {
+    round.data_done = true;
+    round.data_op = nullptr;
+  }
+  if (!status.ok() && round.status.ok()) {
+    round.status = status;
+    break_from(it->first, status);
+  }
+}
+
+int PartialStream::deliver() {
+  int n = 0;
+  for (auto it = rounds_.find(delivered_); it != rounds_.end(); it = rounds_.find(delivered_)) {
+    Round& round = it->second;
+    if (delivered_ >= broken_from_ || !round.started || !round.data_done || !round.meta_done) {
+      break;
+    }
+    RoundRecord record{delivered_, round.buffer, std::move(round.meta)};
+    rounds_.erase(it);
+    // The queue holds every buffer the object has, so it is never full.
+    if (!shared_->results.try_push(std::move(record))) {
+      EC_ERROR(kPartial, "rank %d: partial allreduce result queue overflow", r_);
+    }
+    ++delivered_;
+    shared_->delivered.store(delivered_, std::memory_order_release);
+    ++n;
+  }
+  if (delivered_ >= broken_from_ && !shared_->broken.load(std::memory_order_relaxed)) {
+    // Everything before the failure is in the queue; now the application sees the failure.
+    shared_->error = broken_why_;
+    shared_->broken.store(true, std::memory_order_release);
+    ++n;
+  }
+  if (n) core_.engine().notify_waiters();
+  return n;
+}
+
+void PartialStream::break_from(uint64_t round, const Status& why) {
+  if (round >= broken_from_) return;
+  broken_from_ = round;
+  broken_why_ = why;
+  EC_DEBUG(kPartial, "rank %d: partial allreduce fails from round %llu: %s", r_,
+           static_cast<unsigned long long>(round), why.to_string().c_str());
+  for (auto& [index, r] : rounds_) {
+    if (index < round) continue;
+    // Failing an operation calls back into on_op_done, which clears these pointers.
+    if (r.data_op) core_.fail_op(r.data_op, why, false);
+    if (r.meta_op) core_.fail_op(r.meta_op, why, false);
+  }
+  for (auto it = stashed_.lower_bound(round); it != stashed_.end(); it = stashed_.erase(it)) {
+    for (InMessage* m : it->second) core_.release(m);
+  }
+  deliver();
+}
+
+void PartialStream::on_peer_gone(int peer, const Status& why) {
+  // A peer that closed its stream first said from which round on (break_from ran then); the
+  // rounds before that can still finish without it.
+  if (!peer_closed_[peer]) break_from(delivered_, why);
+}
+
+void PartialStream::on_closed() {
+  close(Status(StatusCode::kAborted, "partial allreduce: the communicator was destroyed"));
+}
+
+void PartialStream::close(const Status& why) {
+  if (closed_) return;
+  closed_ = true;
+  // Rounds before delivered_ are finished here (every message this rank owed them was sent);
+  // from delivered_ on, peers cannot count on this rank.
+  const uint64_t from = delivered_;
+  for (int peer = 0; peer < P_; ++peer) {
+    if (peer != r_) send(peer, MsgKind::kStreamClosed, from);
+  }
+  arrivals_.clear();
+  break_from(from, why);
+}
+
+}  // namespace eagercomm::detail

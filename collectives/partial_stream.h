@@ -1,0 +1,98 @@
+// Internal: the engine side of a partial allreduce. Not installed.
+//
+// Runs the rounds of one PartialAllreduce: decides when a round activates (from this rank's
+// posts, the activation flood, coordinators' quorum counts, data of the round arriving), takes
+// the open contribution, starts the round's data allreduce and its metadata allreduce, and
+// delivers results in round order. Called only by the engine's current driver.
+//
+// Activation travels as a flood: a rank that activates round r for any reason sends an
+// activation to ranks rank + 2^k (mod P) for every 2^k < P. Every activated rank forwards once,
+// so the activated set is closed under those edges and, from any initiator, reaches every rank
+// within ceil(log2 P) hops; several initiators of the same round are harmless (a rank enters a
+// round once). Rounds activate in order on every rank: hearing of round r activates every
+// earlier round not yet active (with whatever contribution is open, possibly nothing).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "collectives/algorithms.h"
+#include "collectives/partial_shared.h"
+#include "collectives/stream_handler.h"
+
+namespace eagercomm::detail {
+
+class CommCore;
+
+class PartialStream final : public StreamHandler {
+ public:
+  PartialStream(CommCore& core, std::shared_ptr<PartialShared> shared);
+  ~PartialStream() override;
+
+  void on_message(InMessage* m, const MsgHeader& h) override;
+  int advance() override;
+  void on_op_done(Op* op, const Status& status) override;
+  void on_peer_gone(int peer, const Status& why) override;
+  void on_closed() override;
+
+  // This rank stops: rounds not finished here fail, peers learn from which round on. Idempotent.
+  void close(const Status& why);
+
+ private:
+  struct Round {
+    uint32_t buffer = 0;
+    bool started = false;
+    bool data_done = false;
+    bool meta_done = false;
+    Op* data_op = nullptr;
+    Op* meta_op = nullptr;
+    std::vector<int64_t> meta;
+    Status status;
+  };
+
+  int drain_events();
+  bool activate_next();
+  int start_taken();
+  void start(uint64_t index, Round& round);
+  int deliver();
+  void flood(uint64_t round);
+  void want(uint64_t end) { want_ = std::max(want_, end); }
+  void count_arrival(uint64_t round, int peer);
+  void check_quorum(uint64_t round);
+  // Activates `round` if this rank's posts in it are what the mode waits for.
+  void consider_trigger(uint64_t round);
+  // Flushing ranks post no more: quorums count them, majority rounds whose initiator flushes
+  // activate on any post (so ranks still in their loop never wait for a flushing rank).
+  void reevaluate();
+  bool flushing(int rank) const { return flushing_[rank] > flush_done_; }
+  void break_from(uint64_t round, const Status& why);
+  void send(int peer, MsgKind kind, uint64_t round);
+
+  CommCore& core_;
+  std::shared_ptr<PartialShared> shared_;
+  const int P_;
+  const int r_;
+  OpSignature data_sig_;
+  OpSignature meta_sig_;
+
+  uint64_t activated_ = 0;  // rounds entered here
+  uint64_t want_ = 0;       // rounds that should be entered (back-pressure may hold them back)
+  uint64_t delivered_ = 0;  // rounds handed to the application queue
+  std::map<uint64_t, Round> rounds_;                     // entered, not delivered
+  std::map<uint64_t, std::vector<bool>> arrivals_;       // coordinator: fresh posts per round
+  std::map<uint64_t, std::vector<InMessage*>> stashed_;  // messages of rounds not started
+  uint64_t broken_from_ = std::numeric_limits<uint64_t>::max();
+  Status broken_why_;
+  std::vector<bool> peer_closed_;
+  bool closed_ = false;
+  bool posted_ = false;
+  uint64_t last_posted_ = 0;              // latest round this rank posted fresh into
+  std::vector<uint64_t> flushing_;        // per rank: number of the flush it is in (0: none)
+  uint64_t flush_done_ = 0;               // flushes whose round has activated here
+  std::map<uint64_t, uint64_t> flush_rounds_;  // flush number -> its round
+};
+
+}  // namespace eagercomm::detail
