@@ -37,7 +37,7 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
 
 PartialStream::~PartialStream() {
   for (auto& [round, messages] : stashed_) {
-    for (InMessage* m : messages) core_.release(m);
+    for (InMessage* m : messages) discard(m, read_header(*m));
   }
 }
 
@@ -83,7 +83,7 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
   // Data (or a failure notice) of a round whose operation is not running here.
   const uint64_t round = round_of(h.key);
   if (closed_ || round >= broken_from_) {
-    core_.release(m);
+    discard(m, h);
     return;
   }
   auto it = rounds_.find(round);
@@ -316,9 +316,23 @@ void PartialStream::break_from(uint64_t round, const Status& why) {
     if (r.meta_op) core_.fail_op(r.meta_op, why, false);
   }
   for (auto it = stashed_.lower_bound(round); it != stashed_.end(); it = stashed_.erase(it)) {
-    for (InMessage* m : it->second) core_.release(m);
+    for (InMessage* m : it->second) discard(m, read_header(*m));
   }
   deliver();
+}
+
+void PartialStream::discard(InMessage* m, const MsgHeader& h) {
+  // A peer that lent this rank its buffers (the keys of a direct round) waits, when its round
+  // fails, until this rank says it will not touch them: say so for a round never run here.
+  if (h.kind == static_cast<uint32_t>(MsgKind::kData) && h.step == 0 &&
+      h.sig.reserved == static_cast<uint8_t>(Algo::kDirect)) {
+    MsgHeader reply = h;
+    reply.kind = static_cast<uint32_t>(MsgKind::kOpError);
+    reply.step = 0;
+    reply.a = static_cast<uint32_t>(StatusCode::kPeerFailed);
+    core_.send_header(m->peer, reply);
+  }
+  core_.release(m);
 }
 
 void PartialStream::on_peer_gone(int peer, const Status& why) {

@@ -70,6 +70,8 @@ class PartialStream final : public StreamHandler {
   bool flushing(int rank) const { return flushing_[rank] > flush_done_; }
   void break_from(uint64_t round, const Status& why);
   void send(int peer, MsgKind kind, uint64_t round);
+  // Releases a message of a round this rank will never run (telling a lender so).
+  void discard(InMessage* m, const MsgHeader& h);
 
   CommCore& core_;
   std::shared_ptr<PartialShared> shared_;
