@@ -5,11 +5,54 @@
 #include <vector>
 
 #include "bench/bench_collective.h"
+#include "bench/bench_imbalance.h"
 #include "bench/bench_report.h"
 #include "collectives/reduce_kernels.h"
 
 using namespace eagercomm;
 using namespace eagercomm::bench;
+
+namespace {
+
+// Writes `doc` to the --json destination ("-": stdout). False when the file can't be written.
+bool write_json(const std::string& dest, const std::string& doc) {
+  if (dest.empty()) return true;
+  if (dest == "-") {
+    std::fputs(doc.c_str(), stdout);
+    return true;
+  }
+  FILE* f = std::fopen(dest.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "eagercomm-bench: cannot write %s\n", dest.c_str());
+    return false;
+  }
+  std::fputs(doc.c_str(), f);
+  std::fclose(f);
+  return true;
+}
+
+int run_imbalance_main(const Options& o, std::vector<std::unique_ptr<Communicator>>& comms) {
+  std::vector<Result<std::vector<ImbalanceRow>>> results(o.ranks,
+                                                         Status(StatusCode::kInternal, "not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < o.ranks; ++r) {
+    threads.emplace_back([&, r] { results[r] = run_imbalance(*comms[r], o); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < o.ranks; ++r) {
+    if (!results[r].ok()) {
+      std::fprintf(stderr, "eagercomm-bench: rank %d: %s\n", r,
+                   results[r].status().to_string().c_str());
+      return 1;
+    }
+  }
+  const auto& rows = results[0].value();
+  const std::string& transport = comms[0]->transport_name();
+  if (o.json != "-") print_imbalance(stdout, o, o.ranks, transport, rows);
+  return write_json(o.json, imbalance_json(o, o.ranks, transport, rows)) ? 0 : 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   bool help = false;
@@ -37,6 +80,7 @@ int main(int argc, char** argv) {
   }
   auto& comms = world.value();
   info.transport = comms[0]->transport_name();
+  if (o.imbalance) return run_imbalance_main(o, comms);
   std::vector<Result<std::vector<Row>>> results(o.ranks, Status(StatusCode::kInternal, "not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < o.ranks; ++r) {
@@ -54,18 +98,7 @@ int main(int argc, char** argv) {
   for (double x : memcpy_gbps_samples(memcpy_bytes, 15)) memcpy_samples.push_back(x);
   info.memcpy_gbps = median(memcpy_samples);
   if (o.json != "-") print_table(stdout, info, rows);
-  if (!o.json.empty()) {
-    const std::string doc = to_json(info, rows);
-    if (o.json == "-") {
-      std::fputs(doc.c_str(), stdout);
-    } else if (FILE* f = std::fopen(o.json.c_str(), "w")) {
-      std::fputs(doc.c_str(), f);
-      std::fclose(f);
-    } else {
-      std::fprintf(stderr, "eagercomm-bench: cannot write %s\n", o.json.c_str());
-      return 1;
-    }
-  }
+  if (!write_json(o.json, to_json(info, rows))) return 1;
   uint64_t wrong = 0;
   for (const Row& row : rows) wrong += row.out_of_place.wrong + row.in_place.wrong;
   return wrong ? 3 : 0;

@@ -5,9 +5,20 @@
 #include <cstring>
 #include <string_view>
 
+#include "collectives/partial_allreduce.h"
 #include "runtime/config.h"
 
 namespace eagercomm::bench {
+
+const char* pattern_name(DelayPattern p) {
+  switch (p) {
+    case DelayPattern::kFixed: return "fixed";
+    case DelayPattern::kRandom: return "random";
+    case DelayPattern::kLinear: return "linear";
+    case DelayPattern::kExp: return "exp";
+  }
+  return "?";
+}
 
 const char* collective_name(Collective c) {
   switch (c) {
@@ -35,6 +46,14 @@ void print_usage() {
       "  -r, --root R          broadcast root [0]\n"
       "  -I, --inplace 0|1     also measure in place [1]\n"
       "      --json FILE       also write the results as JSON (\"-\": to stdout, no table)\n"
+      "imbalance mode (partial collectives vs the full allreduce, under injected delays):\n"
+      "      --imbalance       run it (defaults: -b 1M -e 1M -n 50 -w 5)\n"
+      "      --delay-ms D[,D]  injected delay(s) in ms [20]\n"
+      "      --delayed K       ranks delayed per iteration [1]\n"
+      "      --pattern P       fixed | random | linear | exp [fixed]\n"
+      "      --modes LIST      of full, solo, majority, quorum, quorum:K, sync [full,solo,majority,quorum]\n"
+      "      --seed N          shared PRNG seed [1]\n"
+      "      --result-depth N  rounds a rank may hold before it holds the others back [4]\n"
       "  -h, --help\n"
       "SIZE accepts 8, 4K, 64M, 1G (binary multiples). Configuration: EAGERCOMM_* variables\n"
       "(see eagercomm-info).\n");
@@ -55,14 +74,32 @@ Result<long> parse_int(std::string_view flag, const char* text, long lo, long hi
 
 }  // namespace
 
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const size_t end = comma == text.npos ? text.size() : comma;
+    out.emplace_back(text.substr(start, end - start));
+    if (comma == text.npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
 Result<Options> parse_options(int argc, char** argv, bool* help) {
   Options o;
   *help = false;
+  bool sizes_given = false, iters_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     if (flag == "-h" || flag == "--help") {
       *help = true;
       return o;
+    }
+    if (flag == "--imbalance") {
+      o.imbalance = true;
+      continue;
     }
     if (i + 1 >= argc) {
       return make_status(StatusCode::kInvalidArgument, "%s: missing value (see --help)", argv[i]);
@@ -76,8 +113,10 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
     };
     if (flag == "-b" || flag == "--minbytes") {
       EC_RETURN_IF_ERROR(sized(&o.min_bytes));
+      sizes_given = true;
     } else if (flag == "-e" || flag == "--maxbytes") {
       EC_RETURN_IF_ERROR(sized(&o.max_bytes));
+      sizes_given = true;
     } else if (flag == "-f" || flag == "--stepfactor") {
       char* end = nullptr;
       o.factor = std::strtod(v, &end);
@@ -88,6 +127,7 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
     } else if (flag == "-n" || flag == "--iters") {
       EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 1, 100000000));
       o.iters = static_cast<int>(n);
+      iters_given = true;
     } else if (flag == "-w" || flag == "--warmup_iters") {
       EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 0, 100000000));
       o.warmup = static_cast<int>(n);
@@ -119,9 +159,59 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
       }
     } else if (flag == "--json") {
       o.json = v;
+    } else if (flag == "--delay-ms") {
+      o.delays_ms.clear();
+      for (const std::string& d : split_list(v)) {
+        char* end = nullptr;
+        const double ms = std::strtod(d.c_str(), &end);
+        if (d.empty() || *end != '\0' || !(ms >= 0) || ms > 600000) {
+          return make_status(StatusCode::kInvalidArgument,
+                             "--delay-ms: '%s' is not a delay in ms (0 .. 600000)", d.c_str());
+        }
+        o.delays_ms.push_back(ms);
+      }
+    } else if (flag == "--delayed") {
+      EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 0, 1024));
+      o.delayed = static_cast<int>(n);
+    } else if (flag == "--pattern") {
+      const std::string_view p = v;
+      if (p == "fixed") o.pattern = DelayPattern::kFixed;
+      else if (p == "random") o.pattern = DelayPattern::kRandom;
+      else if (p == "linear") o.pattern = DelayPattern::kLinear;
+      else if (p == "exp") o.pattern = DelayPattern::kExp;
+      else {
+        return make_status(StatusCode::kInvalidArgument,
+                           "--pattern: '%s' is not one of fixed|random|linear|exp", v);
+      }
+    } else if (flag == "--modes") {
+      o.modes = split_list(v);
+      for (const std::string& m : o.modes) {
+        if (m != "full" && m != "quorum" && !parse_partial_mode(m).ok()) {
+          return make_status(StatusCode::kInvalidArgument,
+                             "--modes: '%s' is not one of full, solo, majority, quorum, "
+                             "quorum:K, sync", m.c_str());
+        }
+      }
+    } else if (flag == "--result-depth") {
+      EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 1, 1024));
+      o.result_depth = static_cast<uint32_t>(n);
+    } else if (flag == "--seed") {
+      char* end = nullptr;
+      o.seed = std::strtoull(v, &end, 10);
+      if (*v == '\0' || *end != '\0') {
+        return make_status(StatusCode::kInvalidArgument, "--seed: '%s' is not a number", v);
+      }
     } else {
       return make_status(StatusCode::kInvalidArgument, "unknown option '%s' (see --help)",
                          argv[i - 1]);
+    }
+  }
+  if (o.imbalance) {
+    if (!sizes_given) o.min_bytes = o.max_bytes = 1 << 20;
+    if (!iters_given) o.iters = 50;
+    if (o.delayed > o.ranks) {
+      return make_status(StatusCode::kInvalidArgument, "--delayed %d: there are only %d ranks",
+                         o.delayed, o.ranks);
     }
   }
   if (o.min_bytes > o.max_bytes) {

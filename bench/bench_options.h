@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "collectives/dtype.h"
 #include "runtime/status.h"
@@ -10,6 +12,14 @@
 namespace eagercomm::bench {
 
 enum class Collective { kAllreduce, kBroadcast, kAllgather, kBarrier };
+
+// Who sleeps how long before each iteration of the imbalance benchmark (the paper's patterns).
+enum class DelayPattern {
+  kFixed,   // the last K ranks sleep D ms every iteration
+  kRandom,  // K ranks drawn by a shared PRNG each iteration sleep D ms
+  kLinear,  // rank r sleeps D * r / (P - 1) ms (the paper's "rank r sleeps r ms" for D = P - 1)
+  kExp,     // K ranks drawn each iteration sleep an exponentially distributed time, mean D ms
+};
 
 struct Options {
   Collective coll = Collective::kAllreduce;
@@ -25,7 +35,18 @@ struct Options {
   int ranks = 4;                // -p / --ranks: in-process ranks
   bool in_place = true;         // -I 0 skips the in-place columns
   std::string json;             // --json FILE ("-": stdout instead of the table)
+
+  // --imbalance: partial collectives against the full allreduce under injected delays.
+  bool imbalance = false;
+  std::vector<double> delays_ms = {20};  // --delay-ms D[,D...]
+  int delayed = 1;                       // --delayed K
+  DelayPattern pattern = DelayPattern::kFixed;
+  std::vector<std::string> modes = {"full", "solo", "majority", "quorum"};  // --modes
+  uint64_t seed = 1;                     // --seed
+  uint32_t result_depth = 4;             // --result-depth (partial allreduce option)
 };
+
+const char* pattern_name(DelayPattern p);
 
 const char* collective_name(Collective c);
 

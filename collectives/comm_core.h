@@ -83,6 +83,8 @@ class CommCore final : public ProgressSource {
   // ProgressSource.
   int progress() override;
   void block(std::chrono::nanoseconds timeout) override;
+  void wait_for_work(std::chrono::nanoseconds timeout) override { transport_->wait(timeout); }
+  bool expecting() override { return !active_.empty(); }
   void interrupt() override;
 
  private:

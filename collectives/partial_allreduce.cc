@@ -243,6 +243,9 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   for (size_t b = 0; b < buffers; ++b) {
     auto buf = std::make_unique<detail::ContributionBuffer>();
     EC_ASSIGN_OR_RETURN(buf->region, core->allocate(shared->bytes));
+    // Fault the pages in now rather than in the first rounds (a first touch costs a page fault
+    // per 4 KiB, several milliseconds per MiB on a VM, and every buffer is used in turn).
+    if (shared->bytes) std::memset(buf->region->data(), 0, shared->bytes);
     shared->buffers.push_back(std::move(buf));
     if (b > 0) (void)shared->free_buffers.try_push(static_cast<uint32_t>(b));
   }
@@ -298,7 +301,11 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
       s.dropped_posts.fetch_add(1, std::memory_order_relaxed);
       return Status::Ok();
     }
-    reduce(s.type, ReduceOp::kSum, buf.data(), buf.data(), gradient, count);
+    if (buf.posts == 0) {
+      std::memcpy(buf.data(), gradient, s.bytes);  // the buffer is zero: adding is copying
+    } else {
+      reduce(s.type, ReduceOp::kSum, buf.data(), buf.data(), gradient, count);
+    }
     ++buf.posts;
     buf.fresh |= !late;
     buf.min_base = std::min(buf.min_base, base);

@@ -6,8 +6,9 @@
 //     collective runs on the caller's thread with no thread hop; or
 //   - the engine's own progress thread (when enabled), which drives while application threads
 //     compute. That is what lets a rank take part in a partial-collective round between two of
-//     its own calls. When an application thread waits, the progress thread hands the token
-//     over (the waiter interrupts it) and parks until the token is free again.
+//     its own calls. It gives the token back whenever it goes idle and sleeps without it, so an
+//     application thread that starts waiting usually takes the token at once; one that finds
+//     the thread busy asks for the token and the thread hands it over promptly.
 // A driver with nothing to do spins for `spin` (EAGERCOMM_SPIN), then blocks in
 // ProgressSource::block() (the transport's wait), so ranks that outnumber cores do not steal
 // the core from the rank they wait for. Waiters that do not drive sleep on an event count that
@@ -34,10 +35,17 @@ class ProgressSource {
   // idle). Called by the current driver only.
   virtual int progress() = 0;
   // Blocks until progress() may have work, interrupt() is called, or the timeout passes.
-  // Called by the current driver only.
+  // Called by the current driver only (it may look at driver-owned state first).
   virtual void block(std::chrono::nanoseconds timeout) = 0;
+  // Like block(), but callable by a thread that does not drive: it only waits for activity
+  // from outside (peers' notifications, interrupt()). The progress thread sleeps here without
+  // holding the driver token, so that an application thread that waits can drive at once.
+  virtual void wait_for_work(std::chrono::nanoseconds timeout) = 0;
   // Makes the current or the next block() return promptly. Any thread.
   virtual void interrupt() = 0;
+  // True while operations are in flight, so that messages are expected soon: an idle driver
+  // then polls longer before it sleeps. Called by the current driver only.
+  virtual bool expecting() { return false; }
 };
 
 struct EngineOptions {
@@ -91,8 +99,9 @@ class Engine {
   bool try_acquire();
   void acquire_blocking();  // waits for the token, waking the current driver to hand it over
   void release();
-  // Drives until stop() is true or the deadline passes; returns stop()'s last value.
-  bool drive(const std::function<bool()>& stop, Clock::time_point deadline);
+  // Drives until stop() is true or the deadline passes; returns stop()'s last value. Without
+  // `may_block`, also returns (false) once it has been idle for the spin time.
+  bool drive(const std::function<bool()>& stop, Clock::time_point deadline, bool may_block);
   void end_idle_period(bool switched);
   void thread_main();
 
@@ -106,6 +115,8 @@ class Engine {
   std::atomic<uint64_t> blocks_{0};
   std::atomic<int> contended_{0};       // idle periods left that skip pause-polling
   EventCount state_;                    // rung on token release and on completions
+  EventCount thread_nap_;               // the progress thread's naps (rung only to stop it)
+  std::atomic<int64_t> app_released_at_{0};  // steady-clock ns of the last inline driver's release
   std::thread thread_;
 };
 

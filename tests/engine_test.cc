@@ -34,6 +34,7 @@ class FakeSource : public ProgressSource {
     }
     event.commit_wait(t, timeout);
   }
+  void wait_for_work(std::chrono::nanoseconds timeout) override { block(timeout); }
   void interrupt() override {
     woken.store(true);
     event.notify_all();

@@ -226,6 +226,7 @@ class InprocTransport final : public Transport {
     EC_RETURN_IF_ERROR(deliver(remote.peer(), tag));
     done_.push_back(TransportCompletion{TransportCompletion::Kind::kWriteDone, remote.peer(), tag,
                                         cookie});
+    pending_done_.fetch_add(1, std::memory_order_release);
     return Status::Ok();
   }
 
@@ -242,7 +243,10 @@ class InprocTransport final : public Transport {
 
   size_t poll(std::span<TransportCompletion> out) override {
     size_t n = 0;
-    while (n < out.size() && done_head_ < done_.size()) out[n++] = done_[done_head_++];
+    while (n < out.size() && done_head_ < done_.size()) {
+      out[n++] = done_[done_head_++];
+      pending_done_.fetch_sub(1, std::memory_order_relaxed);
+    }
     if (done_head_ == done_.size()) {
       done_.clear();
       done_head_ = 0;
@@ -257,7 +261,7 @@ class InprocTransport final : public Transport {
   void wait(std::chrono::nanoseconds timeout) override {
     if (room_.woken.exchange(false, std::memory_order_acq_rel)) return;
     const EventCount::Ticket ticket = room_.event.prepare_wait();
-    if (room_.notes.size_approx() > 0 || done_head_ < done_.size() ||
+    if (room_.notes.size_approx() > 0 || pending_done_.load(std::memory_order_acquire) > 0 ||
         room_.woken.exchange(false, std::memory_order_acq_rel)) {
       room_.event.cancel_wait();
       return;
@@ -295,8 +299,9 @@ class InprocTransport final : public Transport {
 
   std::shared_ptr<Fabric> fabric_;
   Mailroom& room_;
-  std::vector<TransportCompletion> done_;  // local write completions not yet polled
+  std::vector<TransportCompletion> done_;  // local write completions not yet polled (driver)
   size_t done_head_ = 0;
+  std::atomic<size_t> pending_done_{0};    // their number, for wait() on other threads
 };
 
 }  // namespace

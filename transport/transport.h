@@ -23,7 +23,8 @@
 // now; nothing was delivered and the caller retries later (after poll()).
 //
 // Thread-safety: one thread at a time drives a Transport (the progress engine guarantees it),
-// except wake(), which any thread may call at any time.
+// except wait() and wake(), which any thread may call at any time (the progress thread sleeps
+// in wait() without being the driver).
 #pragma once
 
 #include <chrono>
@@ -118,7 +119,7 @@ class Transport {
   // Fills `out` with up to out.size() completions; returns how many.
   virtual size_t poll(std::span<TransportCompletion> out) = 0;
   // Blocks until poll() may return something, wake() was called (now or since the last
-  // wait()), or `timeout` passed. Spurious returns are allowed.
+  // wait()), or `timeout` passed. Spurious returns are allowed. Thread-safe.
   virtual void wait(std::chrono::nanoseconds timeout) = 0;
   virtual void wake() = 0;
 
