@@ -181,9 +181,9 @@ Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Option
 void print_imbalance(FILE* out, const Options& o, int ranks, const std::string& transport,
                      const std::vector<ImbalanceRow>& rows) {
   std::fprintf(out, "# eagercomm-bench --imbalance: %d ranks, transport %s, %s, pattern %s, "
-               "%d delayed, %d iterations (warm-up %d), seed %llu\n",
+               "%d delayed, %d iterations (warm-up %d), result depth %u, seed %llu\n",
                ranks, transport.c_str(), std::string(dtype_name(o.type)).c_str(),
-               pattern_name(o.pattern), o.delayed, o.iters, o.warmup,
+               pattern_name(o.pattern), o.delayed, o.iters, o.warmup, o.result_depth,
                static_cast<unsigned long long>(o.seed));
   std::fprintf(out, "# time per iteration (injected delay included) on ranks not delayed (fast) "
                "and delayed (slow) in that iteration\n");
@@ -214,6 +214,7 @@ std::string imbalance_json(const Options& o, int ranks, const std::string& trans
   s += "  \"type\": \"" + std::string(dtype_name(o.type)) + "\",\n";
   s += "  \"pattern\": \"" + std::string(pattern_name(o.pattern)) + "\",\n";
   s += "  \"delayed\": " + std::to_string(o.delayed) + ",\n";
+  s += "  \"result_depth\": " + std::to_string(o.result_depth) + ",\n";
   s += "  \"iters\": " + std::to_string(o.iters) + ",\n";
   s += "  \"seed\": " + std::to_string(o.seed) + ",\n  \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {

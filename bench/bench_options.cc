@@ -53,7 +53,7 @@ void print_usage() {
       "      --pattern P       fixed | random | linear | exp [fixed]\n"
       "      --modes LIST      of full, solo, majority, quorum, quorum:K, sync [full,solo,majority,quorum]\n"
       "      --seed N          shared PRNG seed [1]\n"
-      "      --result-depth N  rounds a rank may hold before it holds the others back [4]\n"
+      "      --result-depth N  rounds a rank may hold before it holds the others back [16]\n"
       "  -h, --help\n"
       "SIZE accepts 8, 4K, 64M, 1G (binary multiples). Configuration: EAGERCOMM_* variables\n"
       "(see eagercomm-info).\n");

@@ -43,7 +43,7 @@ struct Options {
   DelayPattern pattern = DelayPattern::kFixed;
   std::vector<std::string> modes = {"full", "solo", "majority", "quorum"};  // --modes
   uint64_t seed = 1;                     // --seed
-  uint32_t result_depth = 4;             // --result-depth (partial allreduce option)
+  uint32_t result_depth = 16;            // --result-depth (partial allreduce option)
 };
 
 const char* pattern_name(DelayPattern p);
