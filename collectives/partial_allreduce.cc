@@ -314,6 +314,7 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
   }
   s.posts.fetch_add(1, std::memory_order_relaxed);
   if (late) s.late_posts.fetch_add(1, std::memory_order_relaxed);
+  last_post_round_ = round;
 
   // The engine decides what the post sets off (it knows which ranks are flushing); the kick
   // also wakes an engine waiting for this post to leave a buffer it just took.
@@ -369,6 +370,15 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout) {
   for (;;) {
     EC_ASSIGN_OR_RETURN(std::optional<RoundResult> r, poll());
     if (r) return std::move(*r);
+    // A rank that waits having taken every result so far, with its posts in the open round,
+    // has arrived at that round even if those posts were late when made (several posts before
+    // taking a result): count it as arrived, or the round could wait for a post that never
+    // comes.
+    const uint64_t open_round = PartialShared::open_round(s.open.load(std::memory_order_acquire));
+    if (open_round == consumed_ && last_post_round_ == open_round && arrived_round_ != open_round) {
+      arrived_round_ = open_round;
+      push_event(PartialEvent{PartialEvent::Kind::kPosted, open_round, true, 0});
+    }
     const bool ready = core_->engine().wait(
         [&s] {
           return s.results.size_approx() > 0 || s.broken.load(std::memory_order_acquire) ||

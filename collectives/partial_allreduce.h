@@ -31,7 +31,10 @@
 // (poll/wait), i.e. it was computed on the model every result so far was applied to. It is fresh
 // if it lands in that round; late if that round had already activated. Under late=carry (the
 // default) a late post is contributed to the next round, never lost; under late=drop it is
-// discarded and counted (the paper's reference behaviour).
+// discarded and counted (the paper's reference behaviour). A rank that calls wait() having
+// taken every result, with posts in the open round, counts as arrived there as well (so
+// several posts before taking a result cannot leave the round waiting for a post that never
+// comes).
 //
 // Back-pressure, not overwrite: a rank holds at most result_depth rounds that have activated but
 // whose RoundResult it has not released yet. When it is full it stops taking part in new rounds
@@ -200,6 +203,8 @@ class PartialAllreduce {
   std::unique_ptr<detail::PartialStream> stream_;
   uint64_t consumed_ = 0;  // results handed to the application: the model version posts build on
   uint64_t flushes_ = 0;
+  uint64_t last_post_round_ = UINT64_MAX;  // the round this rank's latest post landed in
+  uint64_t arrived_round_ = UINT64_MAX;    // the round wait() last announced arrival for
 };
 
 }  // namespace eagercomm
