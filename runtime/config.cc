@@ -171,8 +171,8 @@ constexpr Variable kVariables[] = {
      .kind = Kind::kEnum,
      .default_text = "auto",
      .choices = kProgressThreadNames,
-     .doc = "whether a background thread drives communication; on lets partial collectives "
-            "progress while ranks compute, off saves a core",
+     .doc = "whether a background thread drives communication while ranks compute; auto "
+            "starts it with the first partial allreduce (which needs it), off saves a core",
      .field = field<&Config::progress_thread>()},
     {.name = "EAGERCOMM_SLOT_BYTES",
      .kind = Kind::kSize,
