@@ -12,10 +12,11 @@ set -euo pipefail
 
 # Core: compiler, build system, test and benchmark frameworks.
 core=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev)
-# Optional transports and baselines (UCX, ibverbs + rdmacm, MPI, Gloo): the build runs without
+# Optional transports, baselines and plotting (UCX, ibverbs + rdmacm, MPI, Gloo, matplotlib for
+# bench/plot_imbalance.py): the build runs without
 # them, but the later backends and comparison benchmarks need them, so they are installed too.
 optional=(libibverbs-dev librdmacm-dev libucx-dev ucx-utils libopenmpi-dev openmpi-bin
-  libgloo-dev)
+  libgloo-dev python3-matplotlib)
 extra=()
 if [[ -n ${EAGERCOMM_DEPS_EXTRA:-} ]]; then
   read -r -a extra <<<"${EAGERCOMM_DEPS_EXTRA//,/ }"

@@ -44,4 +44,28 @@ set +e
 "$bench" --coll gather 2>"$tmp/err"; rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q "allreduce|broadcast" "$tmp/err" || fail "unknown collective not rejected clearly"
+# Imbalance mode: every mode runs, the JSON has a row per (delay, mode), the plot script draws.
+"$bench" --imbalance --ranks 3 -b 64K -e 64K --delay-ms 0,3 -n 6 -w 1 --json "$tmp/imb.json" \
+  >"$tmp/imb.txt" || fail "eagercomm-bench --imbalance exited $?"
+grep -q "quorum(1)" "$tmp/imb.txt" || fail "imbalance table lacks the quorum row: $(cat "$tmp/imb.txt")"
+python3 - "$tmp/imb.json" <<'PY' || fail "imbalance JSON invalid"
+import json, sys
+d = json.load(open(sys.argv[1]))
+modes = [(r["delay_ms"], r["mode"]) for r in d["rows"]]
+assert modes == [(0, "full"), (0, "solo"), (0, "majority"), (0, "quorum(1)"),
+                 (3, "full"), (3, "solo"), (3, "majority"), (3, "quorum(1)")], modes
+full = [r for r in d["rows"] if r["mode"] == "full" and r["delay_ms"] == 3][0]
+assert full["fast_median_ms"] >= 3.0, full  # the straggler's delay reaches everybody
+PY
+set +e
+"$bench" --imbalance --pattern zigzag 2>"$tmp/err"; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "fixed|random|linear|exp" "$tmp/err" || fail "bad --pattern not rejected"
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  /usr/bin/python3 "$(dirname "$0")/../bench/plot_imbalance.py" "$tmp/imb.png" "$tmp/imb.json" \
+    >/dev/null || fail "plot_imbalance.py failed"
+  [ -s "$tmp/imb.png" ] || fail "plot_imbalance.py wrote no PNG"
+else
+  echo "tools_test: matplotlib missing, plot_imbalance.py not run (apt-get install python3-matplotlib)"
+fi
 echo "tools_test: OK"
