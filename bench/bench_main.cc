@@ -1,6 +1,7 @@
 // eagercomm-bench: nccl-tests style collective benchmark. For now ranks are threads of this
 // process (--ranks); every rank runs the same measurement code a process rank will run.
 #include <cstdio>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -31,25 +32,25 @@ bool write_json(const std::string& dest, const std::string& doc) {
   return true;
 }
 
-int run_imbalance_main(const Options& o, std::vector<std::unique_ptr<Communicator>>& comms) {
-  std::vector<Result<std::vector<ImbalanceRow>>> results(o.ranks,
-                                                         Status(StatusCode::kInternal, "not run"));
+// Runs fn(rank, comm) on one thread per rank; rank 0's result, or the first rank's error
+// (printed).
+template <class T, class Fn>
+std::optional<T> run_on_ranks(std::vector<std::unique_ptr<Communicator>>& comms, Fn fn) {
+  std::vector<Result<T>> results;
+  for (size_t r = 0; r < comms.size(); ++r) results.emplace_back(Status(StatusCode::kInternal, "not run"));
   std::vector<std::thread> threads;
-  for (int r = 0; r < o.ranks; ++r) {
-    threads.emplace_back([&, r] { results[r] = run_imbalance(*comms[r], o); });
+  for (size_t r = 0; r < comms.size(); ++r) {
+    threads.emplace_back([&, r] { results[r] = fn(*comms[r]); });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < o.ranks; ++r) {
+  for (size_t r = 0; r < comms.size(); ++r) {
     if (!results[r].ok()) {
-      std::fprintf(stderr, "eagercomm-bench: rank %d: %s\n", r,
+      std::fprintf(stderr, "eagercomm-bench: rank %zu: %s\n", r,
                    results[r].status().to_string().c_str());
-      return 1;
+      return std::nullopt;
     }
   }
-  const auto& rows = results[0].value();
-  const std::string& transport = comms[0]->transport_name();
-  if (o.json != "-") print_imbalance(stdout, o, o.ranks, transport, rows);
-  return write_json(o.json, imbalance_json(o, o.ranks, transport, rows)) ? 0 : 1;
+  return std::move(results[0]).value();
 }
 
 }  // namespace
@@ -70,9 +71,6 @@ int main(int argc, char** argv) {
   info.options = o;
   info.ranks = o.ranks;
   info.kernels = reduce_kernels_isa();
-  const size_t memcpy_bytes = std::max<size_t>(o.max_bytes, 1 << 20);
-  std::vector<double> memcpy_samples = memcpy_gbps_samples(memcpy_bytes, 15);
-
   auto world = make_inproc_world(o.ranks);
   if (!world.ok()) {
     std::fprintf(stderr, "eagercomm-bench: %s\n", world.status().to_string().c_str());
@@ -80,21 +78,19 @@ int main(int argc, char** argv) {
   }
   auto& comms = world.value();
   info.transport = comms[0]->transport_name();
-  if (o.imbalance) return run_imbalance_main(o, comms);
-  std::vector<Result<std::vector<Row>>> results(o.ranks, Status(StatusCode::kInternal, "not run"));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < o.ranks; ++r) {
-    threads.emplace_back([&, r] { results[r] = run_collective(*comms[r], o); });
+  if (o.imbalance) {
+    auto rows = run_on_ranks<std::vector<ImbalanceRow>>(
+        comms, [&](Communicator& c) { return run_imbalance(c, o); });
+    if (!rows) return 1;
+    if (o.json != "-") print_imbalance(stdout, o, o.ranks, info.transport, *rows);
+    return write_json(o.json, imbalance_json(o, o.ranks, info.transport, *rows)) ? 0 : 1;
   }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < o.ranks; ++r) {
-    if (!results[r].ok()) {
-      std::fprintf(stderr, "eagercomm-bench: rank %d: %s\n", r,
-                   results[r].status().to_string().c_str());
-      return 1;
-    }
-  }
-  const std::vector<Row>& rows = results[0].value();
+  const size_t memcpy_bytes = std::max<size_t>(o.max_bytes, 1 << 20);
+  std::vector<double> memcpy_samples = memcpy_gbps_samples(memcpy_bytes, 15);
+  auto result = run_on_ranks<std::vector<Row>>(
+      comms, [&](Communicator& c) { return run_collective(c, o); });
+  if (!result) return 1;
+  const std::vector<Row>& rows = *result;
   for (double x : memcpy_gbps_samples(memcpy_bytes, 15)) memcpy_samples.push_back(x);
   info.memcpy_gbps = median(memcpy_samples);
   if (o.json != "-") print_table(stdout, info, rows);

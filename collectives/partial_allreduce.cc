@@ -282,6 +282,15 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
                        "partial allreduce: post() of a null gradient with count %zu", count);
   }
   if (s.broken.load(std::memory_order_acquire)) return s.error;
+  // Two threads adding into the open buffer at once would tear it: refuse instead.
+  if (posting_.exchange(true, std::memory_order_acquire)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "partial allreduce: post() called from two threads at once");
+  }
+  struct Unmark {
+    std::atomic<bool>& flag;
+    ~Unmark() { flag.store(false, std::memory_order_release); }
+  } unmark{posting_};
 
   const uint64_t base = consumed_;
   uint64_t round = 0;

@@ -50,6 +50,7 @@
 // may be used while other threads use the communicator for ordinary collectives.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <cstddef>
@@ -203,6 +204,7 @@ class PartialAllreduce {
   std::unique_ptr<detail::PartialStream> stream_;
   uint64_t consumed_ = 0;  // results handed to the application: the model version posts build on
   uint64_t flushes_ = 0;
+  std::atomic<bool> posting_{false};
   uint64_t last_post_round_ = UINT64_MAX;  // the round this rank's latest post landed in
   uint64_t arrived_round_ = UINT64_MAX;    // the round wait() last announced arrival for
 };
