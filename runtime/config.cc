@@ -57,6 +57,7 @@ struct Variable {
   std::string_view note = {};  // kString: what the text means, shown as the accepted text
   std::string_view doc;
   FieldAccess field;
+  bool secret = false;  // describe() shows whether it is set, never the value
 };
 
 // ---- field accessors: how each field type takes a parsed value and prints itself ----
@@ -230,6 +231,65 @@ constexpr Variable kVariables[] = {
      .doc = "store straight into a peer's mapped memory when the transport offers it; turn off "
             "to force the copy path when chasing a memory bug",
      .field = field<&Config::direct>()},
+    // Where a process stands in its job. eagercomm-run sets these; under mpirun, srun or
+    // torchrun their own variables are read instead (these override them when set).
+    {.name = "EAGERCOMM_RANK",
+     .kind = Kind::kInt,
+     .default_text = "0",
+     .max = 1 << 24,
+     .doc = "this process's rank in its job (set by eagercomm-run; otherwise read from "
+            "OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID or RANK)",
+     .field = field<&Config::rank>()},
+    {.name = "EAGERCOMM_SIZE",
+     .kind = Kind::kInt,
+     .default_text = "1",
+     .min = 1,
+     .max = 1 << 24,
+     .doc = "number of ranks in the job (set by eagercomm-run; otherwise from the launcher's "
+            "variables)",
+     .field = field<&Config::size>()},
+    {.name = "EAGERCOMM_LOCAL_RANK",
+     .kind = Kind::kInt,
+     .default_text = "0",
+     .max = 1 << 24,
+     .doc = "this process's rank among the ranks of its host",
+     .field = field<&Config::local_rank>()},
+    {.name = "EAGERCOMM_LOCAL_SIZE",
+     .kind = Kind::kInt,
+     .default_text = "1",
+     .min = 1,
+     .max = 1 << 24,
+     .doc = "number of ranks on this host",
+     .field = field<&Config::local_size>()},
+    {.name = "EAGERCOMM_MASTER_ADDR",
+     .kind = Kind::kString,
+     .default_text = "",
+     .note = "host name or address of the bootstrap store (rank 0 serves it)",
+     .doc = "where the bootstrap store listens; needed under mpirun without eagercomm-run (srun: "
+            "the first host of the job; torchrun: MASTER_ADDR)",
+     .field = field<&Config::master_addr>()},
+    {.name = "EAGERCOMM_MASTER_PORT",
+     .kind = Kind::kInt,
+     .default_text = "0",
+     .max = 65535,
+     .doc = "TCP port of the bootstrap store (0: MASTER_PORT + 1 under torchrun, which uses "
+            "MASTER_PORT itself; 29400 + job id mod 1000 under srun)",
+     .field = field<&Config::master_port>()},
+    {.name = "EAGERCOMM_JOB_ID",
+     .kind = Kind::kString,
+     .default_text = "",
+     .note = "text (letters, digits, '-', '_')",
+     .doc = "names this job's shared-memory segments and store keys; eagercomm-run makes a "
+            "fresh one, launchers' job ids are used otherwise",
+     .field = field<&Config::job_id>()},
+    {.name = "EAGERCOMM_JOB_TOKEN",
+     .kind = Kind::kString,
+     .default_text = "",
+     .note = "secret text shared by the job's ranks",
+     .doc = "peers must present it to the bootstrap store; eagercomm-run makes a random one; "
+            "set one yourself under other launchers to keep other jobs out",
+     .field = field<&Config::job_token>(),
+     .secret = true},
 };
 
 const Variable* find_variable(std::string_view name) {
@@ -604,7 +664,9 @@ std::vector<Config::Row> Config::describe() const {
   std::vector<Row> rows;
   rows.reserve(std::size(kVariables));
   for (const Variable& var : kVariables) {
-    rows.push_back(Row{std::string(var.name), var.field.format(var, *this),
+    std::string value = var.field.format(var, *this);
+    if (var.secret && !value.empty()) value = "(set, not shown)";
+    rows.push_back(Row{std::string(var.name), std::move(value),
                        source_name(source_of(var.name)), accepted_text(var), std::string(var.doc),
                        std::string(var.default_text)});
   }

@@ -45,6 +45,15 @@ struct Config {
   BroadcastAlgo bcast_algo = BroadcastAlgo::kAuto;
   size_t chain_min_bytes = 256 * 1024;              // broadcast by chain from this size
   bool direct = true;                               // store into mapped peer memory if offered
+  // Where this process stands in its job (launcher variables; see launch_env.h).
+  uint32_t rank = 0;
+  uint32_t size = 1;
+  uint32_t local_rank = 0;
+  uint32_t local_size = 1;
+  std::string master_addr;
+  uint32_t master_port = 0;
+  std::string job_id;
+  std::string job_token;
 
   // Parses `env` (only its EAGERCOMM_* entries matter). Errors name the variable, the bad
   // value and the accepted values; all bad variables are reported in one Status.

@@ -68,6 +68,14 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_BCAST_ALGO", "auto"},
       {"EAGERCOMM_CHAIN_MIN_BYTES", "256KiB"},
       {"EAGERCOMM_DIRECT", "1"},
+      {"EAGERCOMM_RANK", "0"},
+      {"EAGERCOMM_SIZE", "1"},
+      {"EAGERCOMM_LOCAL_RANK", "0"},
+      {"EAGERCOMM_LOCAL_SIZE", "1"},
+      {"EAGERCOMM_MASTER_ADDR", ""},
+      {"EAGERCOMM_MASTER_PORT", "0"},
+      {"EAGERCOMM_JOB_ID", ""},
+      {"EAGERCOMM_JOB_TOKEN", ""},
   };
   const std::vector<Config::Row> rows = Config{}.describe();
   ASSERT_EQ(rows.size(), expected.size());
@@ -113,6 +121,17 @@ TEST(ConfigTable, AcceptedTexts) {
 }
 
 // ---- load(): each kind ----
+
+TEST(ConfigTable, TheJobTokenIsNeverShown) {
+  const Config c = load_ok({{"EAGERCOMM_JOB_TOKEN", "s3cret"}});
+  EXPECT_EQ(c.job_token, "s3cret");
+  for (const auto& row : c.describe()) {
+    EXPECT_EQ(row.value.find("s3cret"), std::string::npos) << row.name;
+    if (row.name == "EAGERCOMM_JOB_TOKEN") {
+      EXPECT_EQ(row.value, "(set, not shown)");
+    }
+  }
+}
 
 TEST(ConfigLoad, EmptyEnvironmentGivesDefaults) {
   const Config config = load_ok({});

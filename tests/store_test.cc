@@ -57,3 +57,66 @@ TEST(HashStore, AddIsAtomicAcrossThreads) {
 
 }  // namespace
 }  // namespace eagercomm
+
+// ---- FileStore: the same contract across processes ----
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runtime/file_store.h"
+
+namespace eagercomm {
+namespace {
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/eagercomm-filestore-XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  EXPECT_NE(d, nullptr);
+  return d ? d : "/tmp";
+}
+
+TEST(FileStore, SetGetAddWaitAndOddKeys) {
+  auto store = FileStore::open(temp_dir());
+  ASSERT_TRUE(store.ok());
+  FileStore& s = *store.value();
+  ASSERT_TRUE(s.set("scope/inbox/3", to_bytes("abc")).ok());
+  EXPECT_EQ(to_string(s.get("scope/inbox/3", 1s).value()), "abc");
+  ASSERT_TRUE(s.set("scope/inbox/3", to_bytes("second")).ok());
+  EXPECT_EQ(to_string(s.get("scope/inbox/3", 1s).value()), "second");
+  EXPECT_EQ(s.add("n", 5).value(), 5);
+  EXPECT_EQ(s.add("n", -2).value(), 3);
+  Status st = s.wait({"scope/inbox/3", "absent key"}, 20ms);
+  EXPECT_EQ(st.code(), StatusCode::kTimeout);
+  EXPECT_NE(st.message().find("absent key"), std::string::npos);
+  EXPECT_FALSE(FileStore::open("").ok());
+  EXPECT_FALSE(FileStore::open("/proc/version").ok());
+}
+
+TEST(FileStore, ProcessesSeeEachOthersKeysAndCountersStayExact) {
+  const std::string dir = temp_dir();
+  constexpr int kChildren = 3;
+  for (int c = 0; c < kChildren; ++c) {
+    if (fork() == 0) {
+      auto store = FileStore::open(dir);
+      if (!store.ok()) _exit(2);
+      for (int i = 0; i < 200; ++i) {
+        if (!store.value()->add("counter", 1).ok()) _exit(3);
+      }
+      if (!store.value()->set("child/" + std::to_string(c), to_bytes("up")).ok()) _exit(4);
+      // Wait for every sibling's key: a rendezvous across processes.
+      std::vector<std::string> keys;
+      for (int k = 0; k < kChildren; ++k) keys.push_back("child/" + std::to_string(k));
+      _exit(store.value()->wait(keys, 30s).ok() ? 0 : 5);
+    }
+  }
+  for (int c = 0; c < kChildren; ++c) {
+    int status = 0;
+    ASSERT_GT(wait(&status), 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  }
+  auto store = FileStore::open(dir);
+  EXPECT_EQ(store.value()->add("counter", 0).value(), kChildren * 200);
+}
+
+}  // namespace
+}  // namespace eagercomm
