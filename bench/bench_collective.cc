@@ -12,18 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Small integers: exact in every type and every sum over up to a few hundred ranks.
-double pattern(int rank, size_t i) { return static_cast<double>((i + rank * 7) % 13) - 6.0; }
-
-double reduce_expected(ReduceOp op, int ranks, size_t i) {
-  double acc = pattern(0, i);
-  for (int r = 1; r < ranks; ++r) {
-    const double v = pattern(r, i);
-    acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMin ? std::min(acc, v) : std::max(acc, v);
-  }
-  return acc;
-}
-
 struct Buffers {
   std::vector<uint64_t> send, recv;  // 8-byte aligned storage
   void* s() { return send.data(); }
@@ -177,6 +165,17 @@ class Runner {
 };
 
 }  // namespace
+
+double pattern(int rank, size_t i) { return static_cast<double>((i + rank * 7) % 13) - 6.0; }
+
+double reduce_expected(ReduceOp op, int ranks, size_t i) {
+  double acc = pattern(0, i);
+  for (int r = 1; r < ranks; ++r) {
+    const double v = pattern(r, i);
+    acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMin ? std::min(acc, v) : std::max(acc, v);
+  }
+  return acc;
+}
 
 Result<std::vector<Row>> run_collective(Communicator& comm, const Options& options) {
   return Runner(comm, options).run();

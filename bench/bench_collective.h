@@ -25,6 +25,12 @@ struct Row {
   Timing in_place;
 };
 
+// Element i of rank `rank`'s input: small integers, exact in every type and in every sum over up
+// to a few hundred ranks, so results are compared exactly.
+double pattern(int rank, size_t i);
+// Element i of the allreduce result over `ranks` ranks of pattern().
+double reduce_expected(ReduceOp op, int ranks, size_t i);
+
 // Collective over all ranks of `comm`; every rank returns the same rows. An iteration's time is
 // the slowest rank's time from a common barrier to its completion.
 Result<std::vector<Row>> run_collective(Communicator& comm, const Options& options);

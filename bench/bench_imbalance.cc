@@ -50,15 +50,17 @@ PartialMode mode_named(const std::string& name, int ranks) {
   return parse_partial_mode(name).value();
 }
 
+// `baseline`: another library's full allreduce runs instead of eagercomm's (mode is its name).
 Result<Samples> run_mode(Communicator& comm, const Options& o, const std::string& mode,
-                         double delay, size_t count) {
+                         double delay, size_t count, const Baseline* baseline) {
   const int P = comm.size(), rank = comm.rank();
   const size_t es = dtype_size(o.type);
   std::vector<uint8_t> send(count * es + 8), recv(count * es + 8);
   for (size_t i = 0; i < count; ++i) store_element(o.type, send.data(), i, (i + rank) % 7);
   Samples s;
   std::unique_ptr<PartialAllreduce> pa;
-  if (mode != "full") {
+  const bool full = mode == "full" || baseline != nullptr;
+  if (!full) {
     PartialOptions po;
     po.seed = o.seed;
     po.result_depth = o.result_depth;
@@ -82,7 +84,9 @@ Result<Samples> run_mode(Communicator& comm, const Options& o, const std::string
     const double d = injected_delay_ms(o, P, rank, it, delay);
     const auto t0 = Clock::now();
     sleep_ms(d);
-    if (!pa) {
+    if (baseline) {
+      EC_RETURN_IF_ERROR(baseline->allreduce(send.data(), recv.data(), count, o.type, ReduceOp::kSum));
+    } else if (!pa) {
       EC_RETURN_IF_ERROR(comm.allreduce(send.data(), recv.data(), count, o.type, ReduceOp::kSum));
     } else {
       EC_RETURN_IF_ERROR(pa->post(send.data(), count, o.type));
@@ -107,7 +111,7 @@ Result<Samples> run_mode(Communicator& comm, const Options& o, const std::string
     EC_RETURN_IF_ERROR(pa->flush([](RoundResult&&) {}).status());
     pa->destroy();
   }
-  if (mode == "full") s.fresh_sum = static_cast<double>(s.rounds = o.iters);
+  if (full) s.fresh_sum = static_cast<double>(s.rounds = o.iters);
   return s;
 }
 
@@ -133,7 +137,11 @@ double injected_delay_ms(const Options& o, int ranks, int rank, int iteration, d
   return 0;
 }
 
-Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Options& o) {
+Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Options& o,
+                                                const std::vector<Baseline>& baselines) {
+  std::vector<std::pair<std::string, const Baseline*>> modes;
+  for (const Baseline& b : baselines) modes.emplace_back(b.name, &b);
+  for (const std::string& m : o.modes) modes.emplace_back(m, nullptr);
   const int P = comm.size();
   const size_t es = dtype_size(o.type);
   std::vector<ImbalanceRow> rows;
@@ -141,9 +149,10 @@ Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Option
     for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes);
          b *= o.factor) {
       const size_t count = std::max<size_t>(1, static_cast<size_t>(b) / es);
-      double full_fast = std::nan("");
-      for (const std::string& mode : o.modes) {
-        EC_ASSIGN_OR_RETURN(Samples s, run_mode(comm, o, mode, delay, count));
+      double full_fast = std::nan(""), baseline_fast = std::nan("");
+      size_t first_row = rows.size();
+      for (const auto& [mode, baseline] : modes) {
+        EC_ASSIGN_OR_RETURN(Samples s, run_mode(comm, o, mode, delay, count, baseline));
         // Every rank's iteration times, to split by delayed / not delayed.
         std::vector<double> mine = s.ms;
         mine.insert(mine.end(), s.delayed.begin(), s.delayed.end());
@@ -159,7 +168,7 @@ Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Option
         ImbalanceRow row;
         row.delay_ms = delay;
         row.bytes = count * es;
-        row.mode = mode == "full" ? "full" : mode_named(mode, P).name();
+        row.mode = mode == "full" || baseline ? mode : mode_named(mode, P).name();
         row.fast_median_ms = percentile(fast, 0.5);
         row.fast_p99_ms = percentile(fast, 0.99);
         row.slow_median_ms = percentile(slow, 0.5);
@@ -169,8 +178,13 @@ Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Option
         row.stale_mean = s.ages ? s.age_sum / s.ages : 0;
         row.stale_max = s.age_max;
         if (mode == "full") full_fast = row.fast_median_ms;
-        row.vs_full = row.fast_median_ms / full_fast;
+        if (baseline && baseline == &baselines.front()) baseline_fast = row.fast_median_ms;
         rows.push_back(row);
+      }
+      // Ratios once every mode ran (the baselines run before eagercomm's full allreduce).
+      for (size_t i = first_row; i < rows.size(); ++i) {
+        rows[i].vs_full = rows[i].fast_median_ms / full_fast;
+        rows[i].vs_baseline = rows[i].fast_median_ms / baseline_fast;
       }
       if (o.factor <= 1) break;
     }
@@ -179,7 +193,10 @@ Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Option
 }
 
 void print_imbalance(FILE* out, const Options& o, int ranks, const std::string& transport,
-                     const std::vector<ImbalanceRow>& rows) {
+                     const std::vector<ImbalanceRow>& rows,
+                     const std::vector<Baseline>& baselines) {
+  const bool vs = !baselines.empty();
+  const std::string vs_name = vs ? baselines.front().name : "";
   std::fprintf(out, "# eagercomm-bench --imbalance: %d ranks, transport %s, %s, pattern %s, "
                "%d delayed, %d iterations (warm-up %d), result depth %u, seed %llu\n",
                ranks, transport.c_str(), std::string(dtype_name(o.type)).c_str(),
@@ -187,16 +204,25 @@ void print_imbalance(FILE* out, const Options& o, int ranks, const std::string& 
                static_cast<unsigned long long>(o.seed));
   std::fprintf(out, "# time per iteration (injected delay included) on ranks not delayed (fast) "
                "and delayed (slow) in that iteration\n");
-  std::fprintf(out, "#%7s %10s %12s %9s %9s %9s %9s %6s %7s %5s %7s\n", "delay", "size", "mode",
+  for (const Baseline& b : baselines) {
+    std::fprintf(out, "# mode %s: %s's allreduce (%s)\n", b.name.c_str(), b.name.c_str(),
+                 b.description.c_str());
+  }
+  std::fprintf(out, "#%7s %10s %12s %9s %9s %9s %9s %6s %7s %5s %7s", "delay", "size", "mode",
                "fast med", "fast p99", "slow med", "slow p99", "fresh", "stale", "stale",
                "fast vs");
-  std::fprintf(out, "#%7s %10s %12s %9s %9s %9s %9s %6s %7s %5s %7s\n", "(ms)", "(B)", "", "(ms)",
+  if (vs) std::fprintf(out, " %7s", "fast vs");
+  std::fprintf(out, "\n#%7s %10s %12s %9s %9s %9s %9s %6s %7s %5s %7s", "(ms)", "(B)", "", "(ms)",
                "(ms)", "(ms)", "(ms)", "", "mean", "max", "full");
+  if (vs) std::fprintf(out, " %7s", vs_name.c_str());
+  std::fprintf(out, "\n");
   for (const ImbalanceRow& r : rows) {
-    std::fprintf(out, " %7.1f %10zu %12s %9.3f %9.3f %9.3f %9.3f %6.2f %7.2f %5d %7.2f\n",
+    std::fprintf(out, " %7.1f %10zu %12s %9.3f %9.3f %9.3f %9.3f %6.2f %7.2f %5d %7.2f",
                  r.delay_ms, r.bytes, r.mode.c_str(), r.fast_median_ms, r.fast_p99_ms,
                  r.slow_median_ms, r.slow_p99_ms, r.fresh_fraction, r.stale_mean, r.stale_max,
                  r.vs_full);
+    if (vs) std::fprintf(out, " %7.2f", r.vs_baseline);
+    std::fprintf(out, "\n");
   }
 }
 
@@ -226,7 +252,8 @@ std::string imbalance_json(const Options& o, int ranks, const std::string& trans
          num(r.slow_median_ms) + ", \"slow_p99_ms\": " + num(r.slow_p99_ms) +
          ", \"fresh_fraction\": " + num(r.fresh_fraction) + ", \"stale_mean\": " +
          num(r.stale_mean) + ", \"stale_max\": " + std::to_string(r.stale_max) +
-         ", \"rounds\": " + std::to_string(r.rounds) + ", \"vs_full\": " + num(r.vs_full) + "}";
+         ", \"rounds\": " + std::to_string(r.rounds) + ", \"vs_full\": " + num(r.vs_full) +
+         ", \"vs_baseline\": " + num(r.vs_baseline) + "}";
   }
   s += "\n  ]\n}\n";
   return s;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/baselines.h"
 #include "bench/bench_options.h"
 #include "collectives/communicator.h"
 
@@ -27,16 +28,21 @@ struct ImbalanceRow {
   int stale_max = 0;
   uint64_t rounds = 0;        // rounds delivered during the timed iterations
   double vs_full = 0;         // fast_median_ms / the full allreduce's, same delay and size
+  double vs_baseline = 0;     // fast_median_ms / the first baseline's (--compare), else NaN
 };
 
 // The injected delay of `rank` in `iteration` (identical on every rank: shared PRNG).
 double injected_delay_ms(const Options& o, int ranks, int rank, int iteration, double delay_ms);
 
-// Runs on every rank of `comm`; every rank returns the same rows.
-Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Options& o);
+// Runs on every rank of `comm`; every rank returns the same rows. Baselines (--compare) run as
+// extra modes named after them, first, with the same delays: their full allreduce is the
+// reference of vs_baseline.
+Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Options& o,
+                                                const std::vector<Baseline>& baselines = {});
 
 void print_imbalance(FILE* out, const Options& o, int ranks, const std::string& transport,
-                     const std::vector<ImbalanceRow>& rows);
+                     const std::vector<ImbalanceRow>& rows,
+                     const std::vector<Baseline>& baselines = {});
 std::string imbalance_json(const Options& o, int ranks, const std::string& transport,
                            const std::vector<ImbalanceRow>& rows);
 

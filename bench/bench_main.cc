@@ -1,13 +1,17 @@
-// eagercomm-bench: nccl-tests style collective benchmark. For now ranks are threads of this
-// process (--ranks); every rank runs the same measurement code a process rank will run.
+// eagercomm-bench: nccl-tests style collective benchmark. Ranks are threads of this process
+// (--ranks) or processes of a job (eagercomm-run, mpirun, srun, torchrun); the same measurement
+// code runs on every rank either way, and one process prints the report.
 #include <cstdio>
 #include <optional>
-#include <thread>
 #include <vector>
 
+#include "bench/baselines.h"
 #include "bench/bench_collective.h"
+#include "bench/bench_compare.h"
 #include "bench/bench_imbalance.h"
+#include "bench/bench_p2p.h"
 #include "bench/bench_report.h"
+#include "bench/bench_world.h"
 #include "collectives/reduce_kernels.h"
 
 using namespace eagercomm;
@@ -32,25 +36,64 @@ bool write_json(const std::string& dest, const std::string& doc) {
   return true;
 }
 
-// Runs fn(rank, comm) on one thread per rank; rank 0's result, or the first rank's error
-// (printed).
-template <class T, class Fn>
-std::optional<T> run_on_ranks(std::vector<std::unique_ptr<Communicator>>& comms, Fn fn) {
-  std::vector<Result<T>> results;
-  for (size_t r = 0; r < comms.size(); ++r) results.emplace_back(Status(StatusCode::kInternal, "not run"));
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < comms.size(); ++r) {
-    threads.emplace_back([&, r] { results[r] = fn(*comms[r]); });
+int fail(const Status& s) {
+  std::fprintf(stderr, "eagercomm-bench: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+int run_p2p_mode(const Options& o) {
+  Result<P2pReport> report = run_p2p(o);
+  if (!report.ok()) return fail(report.status());
+  if (!report.value().reports) return 0;
+  if (o.json != "-") print_p2p(stdout, o, report.value());
+  return write_json(o.json, p2p_json(o, report.value())) ? 0 : 1;
+}
+
+int run_imbalance_mode(World& world, const Options& o, const std::string& transport,
+                       const std::vector<Baseline>& baselines) {
+  auto rows = world.run<std::vector<ImbalanceRow>>(
+      [&](Communicator& c) { return run_imbalance(c, o, baselines); });
+  if (!rows) return 1;
+  if (!world.reports()) return 0;
+  if (o.json != "-") print_imbalance(stdout, o, world.size(), transport, *rows, baselines);
+  return write_json(o.json, imbalance_json(o, world.size(), transport, *rows)) ? 0 : 1;
+}
+
+int run_compare_mode(World& world, const Options& o, const std::string& transport,
+                     const std::vector<Baseline>& baselines) {
+  auto rows = world.run<std::vector<CompareRow>>(
+      [&](Communicator& c) { return run_compare(c, o, baselines); });
+  if (!rows) return 1;
+  uint64_t wrong = 0;
+  for (const CompareRow& r : *rows) {
+    for (const CompareCell& c : r.cells) wrong += c.wrong;
   }
-  for (auto& t : threads) t.join();
-  for (size_t r = 0; r < comms.size(); ++r) {
-    if (!results[r].ok()) {
-      std::fprintf(stderr, "eagercomm-bench: rank %zu: %s\n", r,
-                   results[r].status().to_string().c_str());
-      return std::nullopt;
-    }
+  if (world.reports()) {
+    if (o.json != "-") print_compare(stdout, o, world.size(), transport, baselines, *rows);
+    if (!write_json(o.json, compare_json(o, world.size(), transport, baselines, *rows))) return 1;
   }
-  return std::move(results[0]).value();
+  return wrong ? 3 : 0;
+}
+
+int run_collective_mode(World& world, const Options& o, const std::string& transport) {
+  RunInfo info;
+  info.options = o;
+  info.ranks = world.size();
+  info.kernels = reduce_kernels_isa();
+  info.transport = transport;
+  const size_t memcpy_bytes = std::max<size_t>(o.max_bytes, 1 << 20);
+  std::vector<double> memcpy_samples = memcpy_gbps_samples(memcpy_bytes, 15);
+  auto rows = world.run<std::vector<Row>>([&](Communicator& c) { return run_collective(c, o); });
+  if (!rows) return 1;
+  for (double x : memcpy_gbps_samples(memcpy_bytes, 15)) memcpy_samples.push_back(x);
+  info.memcpy_gbps = median(memcpy_samples);
+  uint64_t wrong = 0;
+  for (const Row& row : *rows) wrong += row.out_of_place.wrong + row.in_place.wrong;
+  if (world.reports()) {
+    if (o.json != "-") print_table(stdout, info, *rows);
+    if (!write_json(o.json, to_json(info, *rows))) return 1;
+  }
+  return wrong ? 3 : 0;
 }
 
 }  // namespace
@@ -67,35 +110,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   const Options& o = parsed.value();
-  RunInfo info;
-  info.options = o;
-  info.ranks = o.ranks;
-  info.kernels = reduce_kernels_isa();
-  auto world = make_inproc_world(o.ranks);
-  if (!world.ok()) {
-    std::fprintf(stderr, "eagercomm-bench: %s\n", world.status().to_string().c_str());
-    return 1;
+  if (o.p2p) return run_p2p_mode(o);
+
+  Result<std::unique_ptr<World>> created = World::create(o, &argc, &argv);
+  if (!created.ok()) return fail(created.status());
+  World& world = *created.value();
+  if (Status s = check_for_ranks(o, world.size()); !s.ok()) {
+    std::fprintf(stderr, "eagercomm-bench: %s\n", s.message().c_str());
+    return 2;
   }
-  auto& comms = world.value();
-  info.transport = comms[0]->transport_name();
-  if (o.imbalance) {
-    auto rows = run_on_ranks<std::vector<ImbalanceRow>>(
-        comms, [&](Communicator& c) { return run_imbalance(c, o); });
-    if (!rows) return 1;
-    if (o.json != "-") print_imbalance(stdout, o, o.ranks, info.transport, *rows);
-    return write_json(o.json, imbalance_json(o, o.ranks, info.transport, *rows)) ? 0 : 1;
+  const std::string transport = world.comms().front()->transport_name();
+  std::vector<Baseline> baselines;
+  if (!o.compare.empty()) {
+    Result<std::vector<Baseline>> made = make_baselines(o.compare, *world.comms().front());
+    if (!made.ok()) return fail(made.status());
+    baselines = std::move(made).value();
   }
-  const size_t memcpy_bytes = std::max<size_t>(o.max_bytes, 1 << 20);
-  std::vector<double> memcpy_samples = memcpy_gbps_samples(memcpy_bytes, 15);
-  auto result = run_on_ranks<std::vector<Row>>(
-      comms, [&](Communicator& c) { return run_collective(c, o); });
-  if (!result) return 1;
-  const std::vector<Row>& rows = *result;
-  for (double x : memcpy_gbps_samples(memcpy_bytes, 15)) memcpy_samples.push_back(x);
-  info.memcpy_gbps = median(memcpy_samples);
-  if (o.json != "-") print_table(stdout, info, rows);
-  if (!write_json(o.json, to_json(info, rows))) return 1;
-  uint64_t wrong = 0;
-  for (const Row& row : rows) wrong += row.out_of_place.wrong + row.in_place.wrong;
-  return wrong ? 3 : 0;
+  if (o.imbalance) return run_imbalance_mode(world, o, transport, baselines);
+  if (!baselines.empty()) return run_compare_mode(world, o, transport, baselines);
+  return run_collective_mode(world, o, transport);
 }

@@ -34,6 +34,12 @@ void print_usage() {
   std::printf(
       "usage: eagercomm-bench [options]\n"
       "  -p, --ranks N         in-process ranks (threads) [4]\n"
+      "      --world W         auto | threads | env | mpi: where ranks come from [auto: mpi\n"
+      "                        under mpirun, env under eagercomm-run/torchrun/srun, else threads]\n"
+      "      --compare LIST    also time these libraries' allreduce on the same processes and\n"
+      "                        buffers: mpi, gloo (needs --world mpi, i.e. mpirun)\n"
+      "      --p2p             transport write+notify latency and bandwidth between ranks 0, 1\n"
+      "      --window N        writes in flight in the --p2p bandwidth test [64]\n"
       "      --coll NAME       allreduce | broadcast | allgather | barrier [allreduce]\n"
       "  -b, --minbytes SIZE   smallest message [8]\n"
       "  -e, --maxbytes SIZE   largest message [64M]\n"
@@ -101,6 +107,10 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
       o.imbalance = true;
       continue;
     }
+    if (flag == "--p2p") {
+      o.p2p = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       return make_status(StatusCode::kInvalidArgument, "%s: missing value (see --help)", argv[i]);
     }
@@ -140,6 +150,28 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
     } else if (flag == "-p" || flag == "--ranks") {
       EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 1, 1024));
       o.ranks = static_cast<int>(n);
+      o.ranks_given = true;
+    } else if (flag == "--world") {
+      const std::string_view w = v;
+      if (w == "auto") o.world = WorldKind::kAuto;
+      else if (w == "threads") o.world = WorldKind::kThreads;
+      else if (w == "env") o.world = WorldKind::kEnv;
+      else if (w == "mpi") o.world = WorldKind::kMpi;
+      else {
+        return make_status(StatusCode::kInvalidArgument,
+                           "--world: '%s' is not one of auto|threads|env|mpi", v);
+      }
+    } else if (flag == "--compare") {
+      o.compare = split_list(v);
+      for (const std::string& c : o.compare) {
+        if (c != "mpi" && c != "gloo") {
+          return make_status(StatusCode::kInvalidArgument,
+                             "--compare: '%s' is not one of mpi, gloo", c.c_str());
+        }
+      }
+    } else if (flag == "--window") {
+      EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 1, 4096));
+      o.window = static_cast<int>(n);
     } else if (flag == "-r" || flag == "--root") {
       EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 0, 1023));
       o.root = static_cast<int>(n);
@@ -206,23 +238,48 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
                          argv[i - 1]);
     }
   }
+  if (o.imbalance && o.p2p) {
+    return Status(StatusCode::kInvalidArgument, "--imbalance and --p2p are separate benchmarks");
+  }
+  if (!o.compare.empty()) {
+    if (o.p2p) return Status(StatusCode::kInvalidArgument, "--compare does not apply to --p2p");
+    if (o.coll != Collective::kAllreduce) {
+      return Status(StatusCode::kInvalidArgument, "--compare times allreduce only (drop --coll)");
+    }
+    if (o.world == WorldKind::kAuto) o.world = WorldKind::kMpi;
+    if (o.world != WorldKind::kMpi) {
+      return Status(StatusCode::kInvalidArgument,
+                    "--compare runs under mpirun (--world mpi): the baselines need MPI's processes");
+    }
+  }
   if (o.imbalance) {
     if (!sizes_given) o.min_bytes = o.max_bytes = 1 << 20;
     if (!iters_given) o.iters = 50;
-    if (o.delayed > o.ranks) {
-      return make_status(StatusCode::kInvalidArgument, "--delayed %d: there are only %d ranks",
-                         o.delayed, o.ranks);
-    }
   }
+  if (o.p2p && !iters_given) o.iters = 1000;
+  if (o.p2p && !sizes_given) o.max_bytes = 4 << 20;
   if (o.min_bytes > o.max_bytes) {
     return make_status(StatusCode::kInvalidArgument, "-b %zu is larger than -e %zu", o.min_bytes,
                        o.max_bytes);
   }
-  if (o.root >= o.ranks) {
-    return make_status(StatusCode::kInvalidArgument, "-r %d: there are only %d ranks", o.root,
-                       o.ranks);
-  }
+  if (o.ranks_given) EC_RETURN_IF_ERROR(check_for_ranks(o, o.ranks));
   return o;
+}
+
+Status check_for_ranks(const Options& o, int ranks) {
+  if (o.imbalance && o.delayed > ranks) {
+    return make_status(StatusCode::kInvalidArgument, "--delayed %d: there are only %d ranks",
+                       o.delayed, ranks);
+  }
+  if (o.root >= ranks) {
+    return make_status(StatusCode::kInvalidArgument, "-r %d: there are only %d ranks", o.root,
+                       ranks);
+  }
+  if (o.p2p && ranks < 2) {
+    return make_status(StatusCode::kInvalidArgument, "--p2p needs 2 ranks, the job has %d",
+                       ranks);
+  }
+  return Status::Ok();
 }
 
 }  // namespace eagercomm::bench

@@ -21,6 +21,14 @@ enum class DelayPattern {
   kExp,     // K ranks drawn each iteration sleep an exponentially distributed time, mean D ms
 };
 
+// Where the ranks come from (--world).
+enum class WorldKind {
+  kAuto,     // mpi under mpirun when built with MPI, env under another launcher, else threads
+  kThreads,  // --ranks threads of this process
+  kEnv,      // processes started by eagercomm-run, torchrun, srun, ... (Communicator::from_env)
+  kMpi,      // processes started by mpirun, bootstrapped through MPI (communicator_from_mpi)
+};
+
 struct Options {
   Collective coll = Collective::kAllreduce;
   size_t min_bytes = 8;         // -b
@@ -33,6 +41,11 @@ struct Options {
   ReduceOp op = ReduceOp::kSum;        // -o
   int root = 0;                 // -r
   int ranks = 4;                // -p / --ranks: in-process ranks
+  bool ranks_given = false;
+  WorldKind world = WorldKind::kAuto;  // --world
+  std::vector<std::string> compare;    // --compare mpi,gloo: baselines run alongside
+  bool p2p = false;                    // --p2p: transport write+notify latency / bandwidth
+  int window = 64;                     // --window: writes in flight in the p2p bandwidth test
   bool in_place = true;         // -I 0 skips the in-place columns
   std::string json;             // --json FILE ("-": stdout instead of the table)
 
@@ -52,6 +65,8 @@ const char* collective_name(Collective c);
 
 // Parses argv; on error the Status says which flag and why. `help` is set for -h.
 Result<Options> parse_options(int argc, char** argv, bool* help);
+// Checks what depends on the number of ranks (known only once the world exists).
+Status check_for_ranks(const Options& o, int ranks);
 void print_usage();
 
 }  // namespace eagercomm::bench

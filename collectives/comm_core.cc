@@ -21,16 +21,21 @@ std::string seq_text(uint64_t seq) { return "#" + std::to_string(seq); }
 CommCore::CommCore(int rank, int size, const Config& config)
     : rank_(rank), size_(size), config_(config), gone_from_(size, -1) {}
 
-CommCore::~CommCore() { destroy(); }
+CommCore::~CommCore() {
+  destroy();
+  // Before the members go (the mailbox first): peers must stop writing into its regions.
+  if (transport_) transport_->close();
+}
 
 Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::string& scope,
-                                                   int rank, int size, const Config& config) {
+                                                   int rank, int size, const Config& config,
+                                                   bool in_process) {
   if (size < 1 || rank < 0 || rank >= size) {
     return make_status(StatusCode::kInvalidArgument, "communicator: rank %d of size %d", rank,
                        size);
   }
   std::shared_ptr<CommCore> core(new CommCore(rank, size, config));
-  Status s = core->setup(store, scope);
+  Status s = core->setup(store, scope, in_process);
   if (!s.ok()) {
     // Tell the ranks waiting for this one, so they fail now instead of at the timeout.
     (void)store.set(scope + "/failed/" + std::to_string(rank), to_bytes(s.to_string()));
@@ -46,8 +51,9 @@ Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::stri
   return core;
 }
 
-Status CommCore::setup(Store& store, const std::string& scope) {
-  TransportParams params{rank_, size_, &config_, &store, scope};
+Status CommCore::setup(Store& store, const std::string& scope, bool in_process) {
+  EC_RETURN_IF_ERROR(join(store, scope));
+  TransportParams params{rank_, size_, &config_, &store, scope, in_process};
   EC_ASSIGN_OR_RETURN(transport_name_, resolve_transport_name(config_.transport, params));
   EC_ASSIGN_OR_RETURN(transport_, create_transport(transport_name_, params));
   MailboxOptions mopts{config_.slot_bytes, config_.slots, config_.direct};
@@ -56,13 +62,10 @@ Status CommCore::setup(Store& store, const std::string& scope) {
   return connect(store, scope);
 }
 
-Status CommCore::connect(Store& store, const std::string& scope) {
+Status CommCore::join(Store& store, const std::string& scope) {
   const std::string p = scope + "/";
-  const auto me = std::to_string(rank_);
-  EC_RETURN_IF_ERROR(store.set(p + "size/" + me, to_bytes(std::to_string(size_))));
-  EC_RETURN_IF_ERROR(store.set(p + "addr/" + me, transport_->local_address()));
-  // The inbox key goes last: its presence means the rank has published everything.
-  EC_RETURN_IF_ERROR(store.set(p + "inbox/" + me, mailbox_->inbox_key()));
+  EC_RETURN_IF_ERROR(store.set(p + "size/" + std::to_string(rank_),
+                               to_bytes(std::to_string(size_))));
   // Rank 0 exists in every world: comparing sizes with it first turns "started with different
   // world sizes" into an immediate error instead of a wait for ranks that will never come.
   if (rank_ != 0) {
@@ -73,8 +76,23 @@ Status CommCore::connect(Store& store, const std::string& scope) {
                          to_string(size0).c_str(), rank_, size_);
     }
   }
+  EC_RETURN_IF_ERROR(wait_for_all(store, scope, "size/"));
+  for (int peer = 0; peer < size_; ++peer) {
+    EC_ASSIGN_OR_RETURN(Bytes psize, store.get(p + "size/" + std::to_string(peer),
+                                               config_.timeout));
+    if (to_string(psize) != std::to_string(size_)) {
+      return make_status(StatusCode::kMismatch,
+                         "bootstrap: rank %d was started with world size %s, rank %d with %d",
+                         peer, to_string(psize).c_str(), rank_, size_);
+    }
+  }
+  return Status::Ok();
+}
+
+Status CommCore::wait_for_all(Store& store, const std::string& scope, const std::string& prefix) {
+  const std::string p = scope + "/";
   std::vector<std::string> keys;
-  for (int peer = 0; peer < size_; ++peer) keys.push_back(p + "inbox/" + std::to_string(peer));
+  for (int peer = 0; peer < size_; ++peer) keys.push_back(p + prefix + std::to_string(peer));
   // Wait in slices, looking between them for ranks that reported a failure to join.
   const auto deadline = config_.timeout > std::chrono::nanoseconds::zero()
                             ? std::chrono::steady_clock::now() + config_.timeout
@@ -94,26 +112,27 @@ Status CommCore::connect(Store& store, const std::string& scope) {
     }
     if (std::chrono::steady_clock::now() >= deadline) break;
   }
-  if (!waited.ok()) {
-    if (waited.code() != StatusCode::kTimeout) return waited;
-    std::string missing;
-    for (int peer = 0; peer < size_; ++peer) {
-      if (store.get(keys[peer], std::chrono::milliseconds(1)).ok()) continue;
-      missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
-    }
-    return make_status(StatusCode::kTimeout,
-                       "bootstrap: rank %d waited %s for ranks that never joined: %s", rank_,
-                       format_duration(config_.timeout).c_str(), missing.c_str());
+  if (waited.ok() || waited.code() != StatusCode::kTimeout) return waited;
+  std::string missing;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (store.get(keys[peer], std::chrono::milliseconds(1)).ok()) continue;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
   }
+  return make_status(StatusCode::kTimeout,
+                     "bootstrap: rank %d waited %s for ranks that never joined: %s", rank_,
+                     format_duration(config_.timeout).c_str(), missing.c_str());
+}
+
+Status CommCore::connect(Store& store, const std::string& scope) {
+  const std::string p = scope + "/";
+  const auto me = std::to_string(rank_);
+  EC_RETURN_IF_ERROR(store.set(p + "addr/" + me, transport_->local_address()));
+  // The inbox key goes last: its presence means the rank has published everything.
+  EC_RETURN_IF_ERROR(store.set(p + "inbox/" + me, mailbox_->inbox_key()));
+  EC_RETURN_IF_ERROR(wait_for_all(store, scope, "inbox/"));
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     const auto ps = std::to_string(peer);
-    EC_ASSIGN_OR_RETURN(Bytes psize, store.get(p + "size/" + ps, config_.timeout));
-    if (to_string(psize) != std::to_string(size_)) {
-      return make_status(StatusCode::kMismatch,
-                         "bootstrap: rank %d was started with world size %s, rank %d with %d",
-                         peer, to_string(psize).c_str(), rank_, size_);
-    }
     EC_ASSIGN_OR_RETURN(Bytes addr, store.get(p + "addr/" + ps, config_.timeout));
     EC_RETURN_IF_ERROR(transport_->connect(peer, addr));
     EC_ASSIGN_OR_RETURN(Bytes inbox, store.get(p + "inbox/" + ps, config_.timeout));
@@ -582,6 +601,8 @@ void CommCore::destroy() {
       if (!mailbox_->flush()) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     drain_lent_buffers();
+    // Leaving: peers learn that nothing more comes from or goes to this rank.
+    transport_->close();
     EC_DEBUG(kInit, "rank %d: communicator destroyed", rank_);
   });
 }

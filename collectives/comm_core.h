@@ -36,7 +36,8 @@ class CommCore final : public ProgressSource {
   // Connects to every peer through `store` (keys under `scope`). Blocks until all peers have
   // published their addresses, or the configured timeout (the error names the missing ranks).
   static Result<std::shared_ptr<CommCore>> create(Store& store, const std::string& scope, int rank,
-                                                  int size, const Config& config);
+                                                  int size, const Config& config,
+                                                  bool in_process = false);
   ~CommCore() override;
 
   int rank() const { return rank_; }
@@ -89,7 +90,14 @@ class CommCore final : public ProgressSource {
 
  private:
   CommCore(int rank, int size, const Config& config);
-  Status setup(Store& store, const std::string& scope);
+  Status setup(Store& store, const std::string& scope, bool in_process);
+  // Every rank announces its world size and waits for all others, before anything else
+  // (transport selection included) depends on them: a rank that never comes or was started
+  // with another world size is reported by name.
+  Status join(Store& store, const std::string& scope);
+  // Waits until `prefix`<r> is set for every rank r; fails early when a rank reported a
+  // failure to join, and names the missing ranks at the timeout.
+  Status wait_for_all(Store& store, const std::string& scope, const std::string& prefix);
   Status connect(Store& store, const std::string& scope);
   void begin(Op* op);
   void activate(Op* op);

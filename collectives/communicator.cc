@@ -5,6 +5,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/comm_core.h"
+#include "runtime/job_bootstrap.h"
 #include "runtime/log.h"
 
 namespace eagercomm {
@@ -90,8 +91,40 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Store& store, int ran
   }
   log_set_thread_rank(rank);
   EC_ASSIGN_OR_RETURN(std::shared_ptr<detail::CommCore> core,
-                      detail::CommCore::create(store, options.scope, rank, size, *config));
+                      detail::CommCore::create(store, options.scope, rank, size, *config,
+                                               options.in_process));
   return std::unique_ptr<Communicator>(new Communicator(std::move(core)));
+}
+
+Result<std::unique_ptr<Communicator>> communicator_from_store(std::unique_ptr<Store> store,
+                                                              std::shared_ptr<void> server,
+                                                              int rank, int size,
+                                                              const CommunicatorOptions& options) {
+  EC_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                      Communicator::create(*store, rank, size, options));
+  comm->store_ = std::move(store);
+  comm->store_server_ = std::move(server);
+  return comm;
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::from_env(const CommunicatorOptions& options) {
+  Config config;
+  if (options.config != nullptr) {
+    config = *options.config;
+  } else {
+    const Result<Config>& process = Config::process();
+    if (!process.ok()) return process.status();
+    config = process.value();
+  }
+  EC_ASSIGN_OR_RETURN(JobBootstrap job, join_job(config));
+  log_set_thread_rank(job.info.rank);
+  // Transports name shared resources after the job (shm segments), so they see the job id.
+  config.job_id = job.info.job_id;
+  CommunicatorOptions opts = options;
+  opts.config = &config;
+  opts.scope = options.scope + "/" + job.info.job_id;
+  return communicator_from_store(std::move(job.store), std::move(job.server), job.info.rank,
+                                 job.info.size, opts);
 }
 
 int Communicator::rank() const { return core_->rank(); }
@@ -258,6 +291,7 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_inproc_world(
   static std::atomic<uint64_t> worlds{0};
   CommunicatorOptions opts = options;
   opts.scope = options.scope + "/world" + std::to_string(worlds.fetch_add(1));
+  opts.in_process = true;
   HashStore store;
   std::vector<Result<std::unique_ptr<Communicator>>> results;
   results.reserve(size);

@@ -71,6 +71,9 @@ struct CommunicatorOptions {
   const Config* config = nullptr;
   // Prefix of this communicator's keys in the store (several communicators may share one).
   std::string scope = "eagercomm";
+  // Every rank is a thread of this process (make_inproc_world sets it): EAGERCOMM_TRANSPORT=auto
+  // then means inproc.
+  bool in_process = false;
 };
 
 struct CommunicatorStats {
@@ -92,6 +95,11 @@ class Communicator {
   // every rank has joined or EAGERCOMM_TIMEOUT passes (the error names the missing ranks).
   static Result<std::unique_ptr<Communicator>> create(Store& store, int rank, int size,
                                                       const CommunicatorOptions& options = {});
+  // Joins the job this process was started in: eagercomm-run, mpirun (with
+  // EAGERCOMM_MASTER_ADDR), srun or torchrun (runtime/launch_env.h says what each provides).
+  // The rank that serves the bootstrap store (rank 0 outside eagercomm-run) starts it and keeps
+  // it until destroy(). Store keys are scoped by the job id.
+  static Result<std::unique_ptr<Communicator>> from_env(const CommunicatorOptions& options = {});
   ~Communicator();  // destroy()
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -127,12 +135,31 @@ class Communicator {
   // Counters, read consistently with the engine.
   CommunicatorStats stats() const;
 
+  // The bootstrap store this communicator joined through and owns (from_env, from_mpi); null
+  // for create() (the caller owns that store) and make_inproc_world(). Embedding frameworks may
+  // rendezvous through it under their own key prefix (keys under options.scope are ours).
+  Store* bootstrap_store() const { return store_.get(); }
+
  private:
   friend class PartialAllreduce;
+  friend Result<std::unique_ptr<Communicator>> communicator_from_store(
+      std::unique_ptr<Store> store, std::shared_ptr<void> server, int rank, int size,
+      const CommunicatorOptions& options);
   explicit Communicator(std::shared_ptr<detail::CommCore> core);
+  // Bootstrap resources this communicator keeps (from_env, from_mpi): the store client and, on
+  // the rank that serves it, the store server.
+  std::unique_ptr<Store> store_;
+  std::shared_ptr<void> store_server_;
   Result<Request> submit(std::shared_ptr<detail::Op> op);
   std::shared_ptr<detail::CommCore> core_;
 };
+
+// Joins through `store` (kept by the communicator) as create() does; `server` (may be null) is
+// kept alive with it. For launch paths that set up their own store (from_env, from_mpi).
+Result<std::unique_ptr<Communicator>> communicator_from_store(std::unique_ptr<Store> store,
+                                                              std::shared_ptr<void> server,
+                                                              int rank, int size,
+                                                              const CommunicatorOptions& options);
 
 // Creates `size` communicators connected to each other in this process (ranks as threads),
 // through an in-memory store. Rank r's communicator is element r. Each communicator may then

@@ -69,77 +69,82 @@ inline Received copy_result(const RoundResult& r, int P) {
   return out;
 }
 
-// Runs `s` and returns each rank's record; fails the test on errors or hangs.
+// One rank's part of a scenario: create, run the eager loop, flush, record. Errors are kept in
+// the record (the caller checks them), so that every rank returns.
+inline RankRecord run_rank(int rank, Communicator& comm, const Scenario& s) {
+  const auto kTimeout = std::chrono::seconds(120);
+  RankRecord me;
+  auto made = PartialAllreduce::create(comm, s.count, DataType::kFloat32, s.mode, s.options);
+  if (!made.ok()) {
+    me.error = made.status();
+    return me;
+  }
+  PartialAllreduce& pa = *made.value();
+  me.posted.assign(s.count, 0.0);
+  std::mt19937_64 rng(s.seed * 1000003 + rank);
+  std::uniform_real_distribution<double> coin(0, 1);
+  std::vector<float> grad(s.count);
+  std::function<void(RoundResult&&)> take = [&](RoundResult&& r) {
+    me.results.push_back(copy_result(r, comm.size()));
+  };
+  const int my_iterations =
+      rank == s.slow_rank && s.slow_iterations >= 0 ? s.slow_iterations : s.iterations;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < my_iterations; ++it) {
+    if (rank == s.slow_rank && s.slow_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(s.slow_delay_ms));
+    } else if (s.max_delay_us > 0 && coin(rng) < s.delay_probability) {
+      std::this_thread::sleep_for(
+          std::chrono::microseconds(static_cast<int>(coin(rng) * s.max_delay_us)));
+    }
+    for (size_t j = 0; j < s.count; ++j) {
+      grad[j] = s.ones ? 1.0f : gradient_value(rank, it, j);
+      me.posted[j] += grad[j];
+    }
+    Status st = pa.post(grad.data(), s.count, DataType::kFloat32);
+    if (!st.ok()) {
+      me.error = st;
+      return me;
+    }
+    bool got = false;
+    for (;;) {
+      auto r = pa.poll();
+      if (!r.ok()) {
+        me.error = r.status();
+        return me;
+      }
+      if (!r.value()) break;
+      take(std::move(*r.value()));
+      got = true;
+    }
+    if (!got) {
+      auto r = pa.wait(kTimeout);
+      if (!r.ok()) {
+        me.error = r.status();
+        return me;
+      }
+      take(std::move(r.value()));
+    }
+  }
+  me.loop_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count();
+  me.activated_at_flush = pa.stats().rounds_activated;
+  auto f = pa.flush(take);
+  if (!f.ok()) {
+    me.error = f.status();
+    return me;
+  }
+  me.flush_round = f.value();
+  me.posts = pa.stats().posts;
+  me.dropped = pa.stats().dropped_posts;
+  return me;
+}
+
+// Runs `s` with ranks as threads and returns each rank's record; fails the test on errors.
 inline std::vector<RankRecord> run_scenario(const Scenario& s) {
   auto w = World::make(s.ranks, test_config(s.config));
   std::vector<RankRecord> rec(s.ranks);
-  const auto kTimeout = std::chrono::seconds(120);
-  w->run([&](int rank, Communicator& comm) {
-    RankRecord& me = rec[rank];
-    auto made = PartialAllreduce::create(comm, s.count, DataType::kFloat32, s.mode, s.options);
-    if (!made.ok()) {
-      me.error = made.status();
-      return;
-    }
-    PartialAllreduce& pa = *made.value();
-    me.posted.assign(s.count, 0.0);
-    std::mt19937_64 rng(s.seed * 1000003 + rank);
-    std::uniform_real_distribution<double> coin(0, 1);
-    std::vector<float> grad(s.count);
-    std::function<void(RoundResult&&)> take = [&](RoundResult&& r) {
-      me.results.push_back(copy_result(r, s.ranks));
-    };
-    const int my_iterations =
-        rank == s.slow_rank && s.slow_iterations >= 0 ? s.slow_iterations : s.iterations;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int it = 0; it < my_iterations; ++it) {
-      if (rank == s.slow_rank && s.slow_delay_ms > 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(s.slow_delay_ms));
-      } else if (s.max_delay_us > 0 && coin(rng) < s.delay_probability) {
-        std::this_thread::sleep_for(
-            std::chrono::microseconds(static_cast<int>(coin(rng) * s.max_delay_us)));
-      }
-      for (size_t j = 0; j < s.count; ++j) {
-        grad[j] = s.ones ? 1.0f : gradient_value(rank, it, j);
-        me.posted[j] += grad[j];
-      }
-      Status st = pa.post(grad.data(), s.count, DataType::kFloat32);
-      if (!st.ok()) {
-        me.error = st;
-        return;
-      }
-      bool got = false;
-      for (;;) {
-        auto r = pa.poll();
-        if (!r.ok()) {
-          me.error = r.status();
-          return;
-        }
-        if (!r.value()) break;
-        take(std::move(*r.value()));
-        got = true;
-      }
-      if (!got) {
-        auto r = pa.wait(kTimeout);
-        if (!r.ok()) {
-          me.error = r.status();
-          return;
-        }
-        take(std::move(r.value()));
-      }
-    }
-    me.loop_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count();
-    me.activated_at_flush = pa.stats().rounds_activated;
-    auto f = pa.flush(take);
-    if (!f.ok()) {
-      me.error = f.status();
-      return;
-    }
-    me.flush_round = f.value();
-    me.posts = pa.stats().posts;
-    me.dropped = pa.stats().dropped_posts;
-  });
+  w->run([&](int rank, Communicator& comm) { rec[rank] = run_rank(rank, comm, s); });
   for (int r = 0; r < s.ranks; ++r) {
     EXPECT_TRUE(rec[r].error.ok()) << "rank " << r << ": " << rec[r].error.to_string();
   }

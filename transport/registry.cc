@@ -1,7 +1,16 @@
 #include "transport/registry.h"
 
+#include <unistd.h>
+
+#include <fstream>
+
+#include "runtime/build_config.h"
 #include "runtime/log.h"
 #include "transport/inproc_transport.h"
+#include "transport/shm_transport.h"
+#if EAGERCOMM_HAVE_UCX
+#include "transport/ucx/ucx_transport.h"
+#endif
 
 namespace eagercomm {
 namespace {
@@ -18,8 +27,13 @@ struct Backend {
 constexpr Backend kBackends[] = {
     {"inproc", "ranks as threads of one process; memcpy + release-ordered notification",
      &create_inproc_transport},
-    {"shm", "processes on one host over POSIX shared memory", nullptr},
+    {"shm", "processes on one host over POSIX shared memory", &create_shm_transport},
+#if EAGERCOMM_HAVE_UCX
+    {"ucx", "UCX UCP one-sided puts (shared memory, TCP, RDMA)",
+     [](const TransportParams& p) { return create_ucx_transport(p); }},
+#else
     {"ucx", "UCX UCP one-sided puts (shared memory, TCP, RDMA)", nullptr},
+#endif
     {"verbs", "InfiniBand / RoCE RC queue pairs with RDMA_WRITE_WITH_IMM", nullptr},
 };
 
@@ -52,17 +66,52 @@ std::vector<TransportInfo> list_transports() {
     info.description = b.description;
     info.compiled = b.create != nullptr;
     info.available = info.compiled;
-    if (!info.compiled) info.reason = "not built into this library yet";
+    if (!info.compiled) {
+      info.reason = std::string(b.name) == "ucx"
+                        ? "built without UCX (install libucx-dev and reconfigure)"
+                        : "not built into this library yet";
+    }
     out.push_back(std::move(info));
   }
   return out;
 }
 
+std::string host_identity() {
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  char ipc[128] = {};
+  const ssize_t n = readlink("/proc/self/ns/ipc", ipc, sizeof(ipc) - 1);
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return boot + "/" + (n > 0 ? std::string(ipc, n) : std::string("?")) + "/" + host;
+}
+
 Result<std::string> resolve_transport_name(std::string_view name, const TransportParams& params) {
-  (void)params;
-  // With only the in-process backend built, "auto" can only mean inproc. The multi-process
-  // backends extend this: verbs when an active RDMA port exists, ucx across hosts, shm within.
-  if (name == "auto") return std::string("inproc");
+  if (name == "auto") {
+    if (params.in_process || params.size == 1) return std::string("inproc");
+    if (params.store == nullptr) {
+      return Status(StatusCode::kInvalidArgument, "transport auto: no store to compare hosts");
+    }
+    // Every rank publishes where it runs; all on this host: shm, else ucx. (An active RDMA
+    // port will make it verbs once that backend exists.)
+    const std::string key = params.scope + "/host/";
+    const std::string mine = host_identity();
+    EC_RETURN_IF_ERROR(params.store->set(key + std::to_string(params.rank), to_bytes(mine)));
+    bool one_host = true;
+    for (int r = 0; r < params.size && one_host; ++r) {
+      EC_ASSIGN_OR_RETURN(Bytes other, params.store->get(key + std::to_string(r),
+                                                          params.config->timeout));
+      one_host = to_string(other) == mine;
+    }
+    if (one_host) return std::string("shm");
+#if EAGERCOMM_HAVE_UCX
+    return std::string("ucx");
+#else
+    return Status(StatusCode::kUnavailable,
+                  "transport auto: the ranks run on several hosts, which needs the ucx transport; "
+                  "this build has no UCX (install libucx-dev and reconfigure)");
+#endif
+  }
   for (const Backend& b : kBackends) {
     if (name == b.name) return std::string(name);
   }

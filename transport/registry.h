@@ -20,6 +20,7 @@ struct TransportParams {
   const Config* config = nullptr;
   Store* store = nullptr;  // bootstrap store shared by the ranks of this communicator
   std::string scope;       // prefix for this communicator's store keys
+  bool in_process = false; // every rank is a thread of this process (make_inproc_world)
 };
 
 struct TransportInfo {
@@ -39,7 +40,13 @@ std::vector<TransportInfo> list_transports();
 Result<std::unique_ptr<Transport>> create_transport(std::string_view name,
                                                     const TransportParams& params);
 
-// The name "auto" resolves to for these parameters.
+// The backend `name` stands for. "auto": inproc when the ranks are threads of one process; else
+// shm when every rank runs on this host (same boot id, same IPC namespace: what POSIX shared
+// memory needs), else ucx. Deciding needs every rank's host identity, exchanged through
+// params.store under params.scope: "auto" is collective.
 Result<std::string> resolve_transport_name(std::string_view name, const TransportParams& params);
+
+// What identifies the host for shared memory: boot id + IPC namespace (+ host name, for logs).
+std::string host_identity();
 
 }  // namespace eagercomm

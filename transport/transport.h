@@ -123,6 +123,13 @@ class Transport {
   virtual void wait(std::chrono::nanoseconds timeout) = 0;
   virtual void wake() = 0;
 
+  // Leaves the job: tells connected peers this rank is gone, finishes (or, at a bounded
+  // deadline, abandons) what is in flight and stops serving peers' operations. Afterwards
+  // write() and notify() fail and poll() returns nothing; regions stay valid until destroyed,
+  // and no peer writes into them any more. Idempotent; destruction closes too. Communicators
+  // close their transport before they free the regions peers could still be writing into.
+  virtual void close() {}
+
  protected:
   Transport(int rank, int size) : rank_(rank), size_(size) {}
 

@@ -1,0 +1,407 @@
+// The collective and partial-allreduce checks of the thread-rank tests, with every rank a process:
+// run under the launcher (ctest does, over shm and ucx, with 2, 3 and 4 ranks):
+//
+//   eagercomm-run -n 3 --transport shm tests/mp_collectives_test
+//
+// Every rank runs the same tests on its own communicator (Communicator::from_env) and checks its
+// own results; checks across ranks (identical replicas, conservation) gather what they compare.
+// A failing rank exits non-zero and the launcher stops the others. Run alone it is a one-rank job.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "collectives/communicator.h"
+#include "collectives/element_value.h"
+#include "tests/partial_harness.h"
+
+namespace eagercomm::test {
+namespace {
+
+Communicator* g_comm = nullptr;
+
+class CommEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    auto comm = Communicator::from_env();
+    ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+    comm_ = std::move(comm).value();
+    g_comm = comm_.get();
+    std::fprintf(stderr, "rank %d of %d on transport %s\n", g_comm->rank(), g_comm->size(),
+                 g_comm->transport_name().c_str());
+  }
+  void TearDown() override {
+    // Nobody leaves while others still work.
+    if (comm_) {
+      EXPECT_TRUE(comm_->barrier().ok());
+    }
+    g_comm = nullptr;
+    comm_.reset();
+  }
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+};
+
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new CommEnvironment);
+
+// A second communicator over the same processes, with configuration overrides: joins through
+// the job's bootstrap store under a scope of its own (every rank makes the same calls in the
+// same order, so the counter agrees).
+std::unique_ptr<Communicator> sub_communicator(
+    const std::vector<std::pair<std::string, std::string>>& overrides) {
+  static int made = 0;
+  static std::vector<std::unique_ptr<Config>> configs;  // alive as long as the communicators
+  configs.push_back(std::make_unique<Config>(test_config(overrides)));
+  CommunicatorOptions opts;
+  opts.config = configs.back().get();
+  opts.scope = "mp-test-sub/" + std::to_string(made++);
+  Store* store = g_comm->bootstrap_store();
+  EXPECT_NE(store, nullptr);
+  if (store == nullptr) return nullptr;
+  auto comm = Communicator::create(*store, g_comm->rank(), g_comm->size(), opts);
+  EXPECT_TRUE(comm.ok()) << comm.status().to_string();
+  return comm.ok() ? std::move(comm).value() : nullptr;
+}
+
+double value(int rank, size_t i, uint64_t salt) {
+  return static_cast<double>(static_cast<int64_t>((i * 7 + rank * 13 + salt * 5) % 17) - 8);
+}
+
+double combine(ReduceOp op, double a, double b) {
+  return op == ReduceOp::kSum ? a + b : op == ReduceOp::kMin ? std::min(a, b) : std::max(a, b);
+}
+
+std::vector<uint8_t> filled(DataType t, size_t count, int rank, uint64_t salt) {
+  std::vector<uint8_t> b(count * dtype_size(t) + 8);
+  for (size_t i = 0; i < count; ++i) store_element(t, b.data(), i, value(rank, i, salt));
+  return b;
+}
+
+TEST(MultiProcess, AllreduceEveryTypeOpCountAndPlacement) {
+  Communicator& c = *g_comm;
+  const int P = c.size(), r = c.rank();
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  const size_t large = (64 << 10) + 3;
+#else
+  const size_t large = (1 << 20) + 3;
+#endif
+  uint64_t salt = 0;
+  for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(P + 1), size_t{5000}, large}) {
+    for (DataType t : kAllDataTypes) {
+      for (ReduceOp op : kAllReduceOps) {
+        for (bool in_place : {false, true}) {
+          ++salt;
+          std::vector<uint8_t> in = filled(t, count, r, salt);
+          std::vector<uint8_t> out(in.size(), 0xee);
+          uint8_t* dst = in_place ? in.data() : out.data();
+          ASSERT_TRUE(c.allreduce(in.data(), dst, count, t, op).ok());
+          for (size_t i = 0; i < count; ++i) {
+            double expect = value(0, i, salt);
+            for (int q = 1; q < P; ++q) expect = combine(op, expect, value(q, i, salt));
+            ASSERT_EQ(load_element(t, dst, i), expect)
+                << "P=" << P << " count=" << count << " " << dtype_name(t) << " "
+                << reduce_op_name(op) << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MultiProcess, BroadcastAllgatherBarrier) {
+  Communicator& c = *g_comm;
+  const int P = c.size(), r = c.rank();
+  for (size_t count : {size_t{0}, size_t{3}, size_t{100000}}) {
+    for (int root = 0; root < P; ++root) {
+      std::vector<uint8_t> buf = filled(DataType::kInt32, count, r == root ? root : 99, 4);
+      ASSERT_TRUE(c.broadcast(buf.data(), count, DataType::kInt32, root).ok());
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(load_element(DataType::kInt32, buf.data(), i), value(root, i, 4));
+      }
+    }
+    std::vector<uint8_t> in = filled(DataType::kFloat64, count, r, 6);
+    std::vector<uint8_t> out(count * 8 * P + 8);
+    ASSERT_TRUE(c.allgather(in.data(), out.data(), count, DataType::kFloat64).ok());
+    for (int g = 0; g < P; ++g) {
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(load_element(DataType::kFloat64, out.data(), g * count + i), value(g, i, 6));
+      }
+    }
+    ASSERT_TRUE(c.barrier().ok());
+  }
+}
+
+TEST(MultiProcess, SeveralInFlightAndBackToBack) {
+  Communicator& c = *g_comm;
+  const int P = c.size(), r = c.rank();
+  std::vector<std::vector<int64_t>> bufs(10);
+  std::vector<Request> reqs;
+  for (int k = 0; k < 10; ++k) {
+    bufs[k].assign(k % 2 ? 30000 + k : 5 + k, r + k);
+    auto req = c.allreduce_async(bufs[k].data(), bufs[k].data(), bufs[k].size(), DataType::kInt64,
+                                 ReduceOp::kSum);
+    ASSERT_TRUE(req.ok());
+    reqs.push_back(req.value());
+  }
+  for (int k = 9; k >= 0; --k) ASSERT_TRUE(reqs[k].wait().ok());
+  for (int k = 0; k < 10; ++k) {
+    for (int64_t x : bufs[k]) ASSERT_EQ(x, static_cast<int64_t>(P) * k + P * (P - 1) / 2);
+  }
+  for (int it = 0; it < 300; ++it) {
+    int32_t x = it + r;
+    ASSERT_TRUE(c.allreduce(&x, &x, 1, DataType::kInt32, ReduceOp::kMax).ok());
+    ASSERT_EQ(x, it + P - 1);
+  }
+}
+
+TEST(MultiProcess, MismatchedCountsFailEverywhereAndTheCommunicatorGoesOn) {
+  Communicator& c = *g_comm;
+  const int P = c.size(), r = c.rank();
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  std::vector<float> buf(2001, 1.0f);
+  Status s = c.allreduce(buf.data(), buf.data(), r == P - 1 ? 2001 : 2000, DataType::kFloat32,
+                         ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kMismatch) << s.to_string();
+  float x = 1;
+  ASSERT_TRUE(c.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+  EXPECT_EQ(x, static_cast<float>(P));
+}
+
+TEST(MultiProcess, StagedPathTinySlotsAndForcedAlgorithms) {
+  const int P = g_comm->size(), r = g_comm->rank();
+  for (const char* algo : {"rd", "ring", "direct"}) {
+    auto c = sub_communicator({{"EAGERCOMM_ALLREDUCE_ALGO", algo},
+                               {"EAGERCOMM_SLOT_BYTES", "8KiB"},
+                               {"EAGERCOMM_SLOTS", "4"}});
+    ASSERT_NE(c, nullptr);
+    for (size_t count : {size_t{1}, size_t{3000}, size_t{70001}}) {
+      std::vector<uint8_t> in = filled(DataType::kFloat32, count, r, count);
+      ASSERT_TRUE(c->allreduce(in.data(), in.data(), count, DataType::kFloat32, ReduceOp::kSum).ok())
+          << algo;
+      for (size_t i = 0; i < count; ++i) {
+        double expect = 0;
+        for (int q = 0; q < P; ++q) expect += value(q, i, count);
+        ASSERT_EQ(load_element(DataType::kFloat32, in.data(), i), expect) << algo << " " << i;
+      }
+    }
+    std::vector<float> big(P * 40000);
+    for (size_t i = 0; i < 40000; ++i) big[r * 40000 + i] = static_cast<float>(r);
+    ASSERT_TRUE(c->allgather(big.data() + r * 40000, big.data(), 40000, DataType::kFloat32).ok());
+    for (int q = 0; q < P; ++q) ASSERT_EQ(big[q * 40000 + 39999], static_cast<float>(q));
+    ASSERT_TRUE(c->barrier().ok());
+  }
+}
+
+TEST(MultiProcess, ProgressThreadDrivesWhileTheApplicationComputes) {
+  auto c = sub_communicator({{"EAGERCOMM_PROGRESS_THREAD", "on"}});
+  ASSERT_NE(c, nullptr);
+  const int P = c->size();
+  std::vector<float> buf(200000, 1.0f);
+  auto req = c->allreduce_async(buf.data(), buf.data(), buf.size(), DataType::kFloat32,
+                                ReduceOp::kSum);
+  ASSERT_TRUE(req.ok());
+  // "Compute" without touching the communicator: the progress thread finishes the collective.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!req.value().ready() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(req.value().ready()) << "no progress without a driver in 60 s";
+  ASSERT_TRUE(req.value().wait().ok());
+  EXPECT_EQ(buf[199999], static_cast<float>(P));
+}
+
+TEST(MultiProcess, TimeoutWhenAPeerIsLateLeavesTheRequestUsable) {
+  Communicator& c = *g_comm;
+  const int P = c.size(), r = c.rank();
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  if (r == P - 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  int64_t x = r;
+  auto req = c.allreduce_async(&x, &x, 1, DataType::kInt64, ReduceOp::kSum);
+  ASSERT_TRUE(req.ok());
+  if (r == 0) {
+    Status s = req.value().wait(std::chrono::milliseconds(50));
+    EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
+  }
+  ASSERT_TRUE(req.value().wait().ok());
+  EXPECT_EQ(x, static_cast<int64_t>(P) * (P - 1) / 2);
+}
+
+TEST(MultiProcess, DestroyWhileInFlightFailsEveryoneCleanly) {
+  auto c = sub_communicator({});
+  ASSERT_NE(c, nullptr);
+  const int P = c->size(), r = c->rank();
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  std::vector<float> buf(100000, 1.0f);
+  if (r == P - 1) {
+    // Never calls the collective: destroys its communicator while the others are in it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    c->destroy();
+  } else {
+    Result<Request> req =
+        c->allreduce_async(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_TRUE(req.ok());
+    Status s = req.value().wait(std::chrono::seconds(60));
+    EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << s.to_string();
+    EXPECT_NE(s.message().find("rank " + std::to_string(P - 1)), std::string::npos) << s.message();
+    float x = 1;
+    EXPECT_EQ(c->allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).code(),
+              StatusCode::kPeerFailed);
+  }
+  // The job's own communicator is untouched.
+  Status b = g_comm->barrier();
+  ASSERT_TRUE(b.ok()) << b.to_string();
+}
+
+// Partial allreduce over processes: conservation and identical replicas, checked by gathering
+// every rank's checksums.
+void check_partial(const Scenario& s) {
+  Communicator& c = *g_comm;
+  const int P = c.size();
+  RankRecord me = run_rank(c.rank(), c, s);
+  ASSERT_TRUE(me.error.ok()) << s.mode.name() << ": " << me.error.to_string();
+  // Identical replicas: every rank's hash of its result sequence is the same.
+  uint64_t hash = 1469598103934665603ull;
+  for (const Received& x : me.results) {
+    const auto* p = reinterpret_cast<const uint8_t*>(x.data.data());
+    for (size_t i = 0; i < x.data.size() * sizeof(float); ++i) hash = (hash ^ p[i]) * 1099511628211ull;
+    for (int f : x.fresh) hash = (hash ^ static_cast<uint64_t>(f)) * 1099511628211ull;
+    hash = (hash ^ x.round) * 1099511628211ull;
+  }
+  std::vector<int64_t> hashes(P);
+  int64_t mine = static_cast<int64_t>(hash);
+  ASSERT_TRUE(c.allgather(&mine, hashes.data(), 1, DataType::kInt64).ok());
+  for (int q = 1; q < P; ++q) ASSERT_EQ(hashes[q], hashes[0]) << s.mode.name() << " rank " << q;
+  // Conservation: results sum to everybody's posts (all integers, exact in f64).
+  std::vector<double> results(s.count, 0.0);
+  for (const Received& x : me.results) {
+    for (size_t j = 0; j < s.count; ++j) results[j] += x.data[j];
+  }
+  std::vector<double> posted = me.posted;
+  ASSERT_TRUE(c.allreduce(posted.data(), posted.data(), s.count, DataType::kFloat64,
+                          ReduceOp::kSum).ok());
+  for (size_t j = 0; j < s.count; ++j) ASSERT_EQ(results[j], posted[j]) << s.mode.name();
+}
+
+TEST(MultiProcess, PartialAllreduceConservationAndReplicasEveryMode) {
+  const int P = g_comm->size();
+  for (const PartialMode& mode : {PartialMode::sync(), PartialMode::solo(), PartialMode::majority(),
+                                  PartialMode::quorum_of(std::max(1, P / 2))}) {
+    Scenario s;
+    s.ranks = P;
+    s.mode = mode;
+    s.iterations = 100;
+    s.seed = 23;
+    check_partial(s);
+    if (HasFailure()) return;
+  }
+}
+
+TEST(MultiProcess, PartialDropPolicyAndSyncEvery) {
+  const int P = g_comm->size();
+  {
+    Scenario s;
+    s.ranks = P;
+    s.mode = PartialMode::majority();
+    s.options.late = LatePolicy::kDrop;
+    s.iterations = 80;
+    s.ones = true;
+    s.seed = 5;
+    RankRecord me = run_rank(g_comm->rank(), *g_comm, s);
+    ASSERT_TRUE(me.error.ok()) << me.error.to_string();
+    // Every post is either in a round or counted as dropped.
+    int64_t accounted = static_cast<int64_t>(me.posts + me.dropped);
+    ASSERT_TRUE(g_comm->allreduce(&accounted, &accounted, 1, DataType::kInt64, ReduceOp::kSum).ok());
+    EXPECT_EQ(accounted, int64_t{80} * P);
+  }
+  {
+    Scenario s;
+    s.ranks = P;
+    s.mode = PartialMode::solo();
+    s.options.sync_every = 4;
+    s.iterations = 80;
+    s.seed = 99;
+    RankRecord me = run_rank(g_comm->rank(), *g_comm, s);
+    ASSERT_TRUE(me.error.ok()) << me.error.to_string();
+    // Rounds every rank entered before flushing (the flush forces the rest).
+    int64_t checked = static_cast<int64_t>(me.activated_at_flush);
+    ASSERT_TRUE(g_comm->allreduce(&checked, &checked, 1, DataType::kInt64, ReduceOp::kMin).ok());
+    for (const Received& x : me.results) {
+      if (x.round >= static_cast<uint64_t>(checked)) break;
+      ASSERT_LT(x.max_age, 4) << "round " << x.round;
+      if ((x.round + 1) % 4 == 0) ASSERT_EQ(x.fresh_count, P) << "round " << x.round;
+    }
+  }
+}
+
+TEST(MultiProcess, PartialRanksThatCreateWithDifferentCountsAllFail) {
+  Communicator& c = *g_comm;
+  const int P = c.size(), r = c.rank();
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  auto bad = PartialAllreduce::create(c, r == P - 1 ? 11 : 10, DataType::kFloat32,
+                                      PartialMode::solo());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kMismatch) << bad.status().to_string();
+  EXPECT_NE(bad.status().message().find("rank " + std::to_string(P - 1)), std::string::npos)
+      << bad.status().message();
+  auto good = PartialAllreduce::create(c, 10, DataType::kFloat32, PartialMode::solo());
+  ASSERT_TRUE(good.ok()) << good.status().to_string();
+  std::vector<float> g(10, 1.0f);
+  ASSERT_TRUE(good.value()->post(g.data(), g.size(), DataType::kFloat32).ok());
+  ASSERT_TRUE(good.value()->flush([](RoundResult&&) {}).ok());
+}
+
+TEST(MultiProcess, PartialDestroyWhileRoundsAreInFlight) {
+  auto c = sub_communicator({});
+  ASSERT_NE(c, nullptr);
+  const int P = c->size(), r = c->rank();
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  auto made = PartialAllreduce::create(*c, 1 << 16, DataType::kFloat32, PartialMode::solo());
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  std::unique_ptr<PartialAllreduce> pa = std::move(made).value();
+  std::vector<float> g(1 << 16, 1.0f);
+  Status st;
+  for (int i = 0; i < 100000; ++i) {
+    if (r == 0 && i == 7) {
+      pa.reset();  // destroyed mid-stream, rounds in flight
+      break;
+    }
+    st = pa->post(g.data(), g.size(), DataType::kFloat32);
+    if (!st.ok()) break;
+    auto res = pa->wait(std::chrono::seconds(60));
+    if (!res.ok()) {
+      st = res.status();
+      break;
+    }
+  }
+  if (r != 0) {
+    EXPECT_EQ(st.code(), StatusCode::kPeerFailed) << st.to_string();
+    EXPECT_NE(st.message().find("rank 0"), std::string::npos) << st.message();
+  }
+  // Everybody has its error before anyone else leaves (else a rank may see a later leaver).
+  ASSERT_TRUE(g_comm->barrier().ok());
+  pa.reset();
+}
+
+TEST(MultiProcess, PartialSoloDoesNotWaitForAStraggler) {
+  Communicator& c = *g_comm;
+  const int P = c.size();
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  Scenario s;
+  s.ranks = P;
+  s.mode = PartialMode::solo();
+  s.iterations = 20;
+  s.slow_rank = P - 1;
+  s.slow_delay_ms = 200;
+  s.slow_iterations = 3;
+  s.max_delay_us = 0;
+  RankRecord me = run_rank(c.rank(), c, s);
+  ASSERT_TRUE(me.error.ok()) << me.error.to_string();
+  if (c.rank() != P - 1) {
+    EXPECT_LT(me.loop_ms, 1500.0) << "20 rounds at the straggler's pace would take 4000 ms";
+  }
+}
+
+}  // namespace
+}  // namespace eagercomm::test

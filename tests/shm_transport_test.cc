@@ -1,0 +1,1052 @@
+// The shm backend against the transport contract, between forked processes that meet through a
+// FileStore: writes and notifications between every pair (data visible when the tag is, per-pair
+// FIFO), back-pressure, blocking wait and wake, stores through mapped memory, the Mailbox on top,
+// segment cleanup (also past a stale segment of an earlier run), bad keys / peers / kinds, and
+// peers that corrupt the shared rings. Plus a ping-pong and bandwidth measurement (printed).
+//
+// Children report failures on stderr and through their exit code; the parent checks every exit
+// code and that no /dev/shm/eagercomm-<job>-* is left behind.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/config.h"
+#include "runtime/file_store.h"
+#include "runtime/store.h"
+#include "transport/mailbox.h"
+#include "transport/registry.h"
+#include "transport/shm_segment.h"
+#include "transport/shm_transport.h"
+
+namespace eagercomm::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kSlowdown = 8;  // sanitizer builds: fewer iterations, same coverage
+#else
+constexpr int kSlowdown = 1;
+#endif
+
+int g_rank = -1;  // the rank a child runs as, for its failure messages
+
+// Checks inside a child process: print what failed and exit non-zero (the parent reports it).
+#define CHILD_CHECK(cond, ...)                                                                  \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank, __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                             \
+      fputc('\n', stderr);                                                                      \
+      _exit(1);                                                                                 \
+    }                                                                                           \
+  } while (0)
+#define CHILD_OK(expr)                                                        \
+  do {                                                                        \
+    const Status child_status_ = (expr);                                      \
+    CHILD_CHECK(child_status_.ok(), "%s", child_status_.to_string().c_str()); \
+  } while (0)
+
+// Every name in /dev/shm that starts with eagercomm-<job>-.
+std::vector<std::string> leftover_segments(const std::string& job) {
+  std::vector<std::string> out;
+  const std::string prefix = "eagercomm-" + job + "-";
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (std::string_view(e->d_name).starts_with(prefix)) out.push_back(e->d_name);
+  }
+  closedir(d);
+  return out;
+}
+
+bool shm_exists(const std::string& name) { return access(("/dev/shm" + name).c_str(), F_OK) == 0; }
+
+std::string unique_job() {
+  static int counter = 0;
+  return "shmtest-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+std::string make_temp_dir() {
+  char tmpl[] = "/tmp/eagercomm-shmtest-XXXXXX";
+  const char* d = mkdtemp(tmpl);
+  return d ? d : "";
+}
+
+// What a child rank works with.
+struct Ctx {
+  int rank = 0;
+  int size = 0;
+  std::string scope;
+  Config config;
+  std::unique_ptr<FileStore> store;
+  std::unique_ptr<Transport> t;
+
+  std::string key(const std::string& name, int r) const {
+    return scope + "/test/" + name + "/" + std::to_string(r);
+  }
+  void publish(const std::string& name, const Bytes& value) {
+    CHILD_OK(store->set(key(name, rank), value));
+  }
+  Bytes fetch(const std::string& name, int r) {
+    auto v = store->get(key(name, r), seconds(30));
+    CHILD_CHECK(v.ok(), "%s", v.status().to_string().c_str());
+    return std::move(v).value();
+  }
+  // Every rank arrives before any leaves. `pump` runs while waiting (keeps traffic moving).
+  void barrier(const std::string& name, const std::function<void()>& pump = {}) {
+    const std::string k = scope + "/test/barrier/" + name;
+    auto n = store->add(k, 1);
+    CHILD_CHECK(n.ok(), "%s", n.status().to_string().c_str());
+    const auto deadline = Clock::now() + seconds(30);
+    while (n.value() < size) {
+      CHILD_CHECK(Clock::now() < deadline, "barrier %s: %lld of %d arrived", name.c_str(),
+                  static_cast<long long>(n.value()), size);
+      if (pump) {
+        pump();
+      } else {
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+      n = store->add(k, 0);
+      CHILD_CHECK(n.ok(), "%s", n.status().to_string().c_str());
+    }
+  }
+  // Publishes this rank's address and connects to every peer.
+  void connect_all() {
+    publish("addr", t->local_address());
+    for (int p = 0; p < size; ++p) CHILD_OK(t->connect(p, fetch("addr", p)));
+  }
+};
+
+struct RunOptions {
+  std::string job;            // empty: a fresh unique one
+  bool empty_job_id = false;  // leave EAGERCOMM_JOB_ID empty (rank 0 picks one)
+  std::string scope = "shmtest";
+  uint32_t slots = 8;
+};
+
+struct RunResult {
+  std::string job;    // the job id the segments were named with
+  std::string store;  // the FileStore directory
+};
+
+// Forks `size` ranks that each create an shm transport and run `body`; checks their exit codes
+// and that no segment of the job is left. The child exits with body's return value.
+RunResult run_ranks(int size, const std::function<void(Ctx&)>& body, RunOptions opt = {}) {
+  RunResult result;
+  result.job = opt.job.empty() ? unique_job() : opt.job;
+  result.store = make_temp_dir();
+  EXPECT_FALSE(result.store.empty());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < size; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(90);  // a hung child dies instead of hanging the test
+      g_rank = r;
+      {
+        Ctx ctx;
+        ctx.rank = r;
+        ctx.size = size;
+        ctx.scope = opt.scope;
+        ctx.config.job_id = opt.empty_job_id ? "" : result.job;
+        ctx.config.slots = opt.slots;
+        ctx.config.timeout = seconds(30);
+        auto store = FileStore::open(result.store);
+        CHILD_CHECK(store.ok(), "%s", store.status().to_string().c_str());
+        ctx.store = std::move(store).value();
+        TransportParams params{r, size, &ctx.config, ctx.store.get(), ctx.scope};
+        auto t = create_shm_transport(params);
+        CHILD_CHECK(t.ok(), "%s", t.status().to_string().c_str());
+        ctx.t = std::move(t).value();
+        body(ctx);
+      }
+      _exit(0);
+    }
+    EXPECT_GT(pid, 0);
+    if (pid > 0) pids.push_back(pid);
+  }
+  // Reap every rank; once one fails, the others would only wait for it: stop them.
+  const auto deadline = Clock::now() + seconds(120);
+  std::vector<bool> reaped(pids.size(), false);
+  size_t left_to_reap = pids.size();
+  bool failed = false;
+  while (left_to_reap > 0) {
+    bool any = false;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      int status = 0;
+      if (reaped[i] || waitpid(pids[i], &status, WNOHANG) != pids[i]) continue;
+      reaped[i] = true;
+      --left_to_reap;
+      any = true;
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        ADD_FAILURE() << "rank " << i << " ended with status " << status << " (see its stderr)";
+        failed = true;
+      }
+    }
+    const bool late = Clock::now() >= deadline;
+    if (late && !failed) ADD_FAILURE() << "ranks did not finish within 120 s";
+    if ((failed || late) && left_to_reap > 0) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (reaped[i]) continue;
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], nullptr, 0);
+        reaped[i] = true;
+        --left_to_reap;
+      }
+      failed = true;
+    }
+    if (!any && left_to_reap > 0) std::this_thread::sleep_for(milliseconds(2));
+  }
+  if (opt.empty_job_id) {
+    auto store = FileStore::open(result.store);
+    auto job = store.value()->get(opt.scope + "/shm/job", milliseconds(100));
+    EXPECT_TRUE(job.ok()) << "rank 0 did not publish a job id";
+    if (job.ok()) result.job = to_string(job.value());
+  }
+  // Ranks that failed skipped their destructors; only a clean run must leave nothing behind.
+  const auto left = leftover_segments(result.job);
+  if (!failed) {
+    EXPECT_TRUE(left.empty()) << left.size() << " segments left, first " << left[0];
+  }
+  for (const auto& name : left) shm_unlink(("/" + name).c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(result.store, ec);
+  return result;
+}
+
+uint8_t pattern(int sender, uint32_t msg, size_t j) {
+  return static_cast<uint8_t>(sender * 131 + msg * 7 + j);
+}
+
+std::vector<TransportCompletion> poll_all(Transport& t) {
+  std::vector<TransportCompletion> out;
+  TransportCompletion buf[16];
+  size_t n;
+  while ((n = t.poll(buf)) > 0) out.insert(out.end(), buf, buf + n);
+  return out;
+}
+
+// ---- every pair writes and notifies ----
+
+class ShmWorld : public ::testing::TestWithParam<int> {};
+
+constexpr size_t kStride = 256;  // one cell per (sender, message) in a rank's inbox
+
+TEST_P(ShmWorld, EveryPairWritesAndNotifiesDataFirstInOrder) {
+  const int size = GetParam();
+  const uint32_t msgs = 3000 / kSlowdown;
+  run_ranks(size, [&](Ctx& c) {
+    // Every rank's inbox: a kStride cell per (sender, message), so each check is exact.
+    auto inbox = c.t->allocate(size * msgs * kStride, MemoryKind::kHost);
+    CHILD_CHECK(inbox.ok(), "%s", inbox.status().to_string().c_str());
+    auto src = c.t->allocate(msgs * kStride, MemoryKind::kHost);
+    CHILD_CHECK(src.ok(), "%s", src.status().to_string().c_str());
+    c.publish("inbox", inbox.value()->remote_key());
+    c.connect_all();
+    std::vector<std::unique_ptr<RemoteRegion>> remote(size);
+    std::vector<uint8_t*> mapped(size);
+    for (int p = 0; p < size; ++p) {
+      auto r = c.t->import_region(p, c.fetch("inbox", p));
+      CHILD_CHECK(r.ok(), "%s", r.status().to_string().c_str());
+      remote[p] = std::move(r).value();
+      mapped[p] = static_cast<uint8_t*>(c.t->mapped_address(*remote[p]));
+      CHILD_CHECK(mapped[p] != nullptr, "no mapping of rank %d's inbox", p);
+    }
+    CHILD_CHECK(!c.t->maps_peer_memory(), "shm must not claim to map user buffers");
+    auto* srcp = static_cast<uint8_t*>(src.value()->data());
+    const auto* in = static_cast<const uint8_t*>(inbox.value()->data());
+    for (uint32_t i = 0; i < msgs; ++i) {
+      for (size_t j = 0; j < kStride; ++j) srcp[i * kStride + j] = pattern(c.rank, i, j);
+    }
+    std::vector<uint32_t> sent(size, 0), received(size, 0);
+    uint64_t write_done = 0, writes = 0, busy = 0;
+    auto len_of = [](uint32_t i) { return size_t{1} + (i * 37) % kStride; };
+    auto finished = [&] {
+      for (int p = 0; p < size; ++p) {
+        if (sent[p] < msgs || received[p] < msgs) return false;
+      }
+      return write_done == writes;
+    };
+    const auto deadline = Clock::now() + seconds(60);
+    while (!finished()) {
+      CHILD_CHECK(Clock::now() < deadline, "stuck: %u/%u sent to 0, %u received from 0", sent[0],
+                  msgs, received[0]);
+      bool progress = false;
+      for (int p = 0; p < size; ++p) {
+        for (int burst = 0; burst < 8 && sent[p] < msgs; ++burst) {
+          const uint32_t i = sent[p];
+          const size_t off = (static_cast<size_t>(c.rank) * msgs + i) * kStride;
+          Status s;
+          if (i % 3 == 2) {
+            // A store through the mapping, published by the notification.
+            std::memcpy(mapped[p] + off, srcp + i * kStride, len_of(i));
+            s = c.t->notify(p, i);
+          } else {
+            s = c.t->write(*src.value(), i * kStride, *remote[p], off, len_of(i), i, i);
+            if (s.ok()) ++writes;
+          }
+          if (s.code() == StatusCode::kBusy) {
+            ++busy;
+            break;
+          }
+          CHILD_OK(s);
+          ++sent[p];
+          progress = true;
+        }
+      }
+      for (const TransportCompletion& e : poll_all(*c.t)) {
+        progress = true;
+        if (e.kind == TransportCompletion::Kind::kWriteDone) {
+          ++write_done;
+          continue;
+        }
+        CHILD_CHECK(e.kind == TransportCompletion::Kind::kNotify, "kind %d",
+                    static_cast<int>(e.kind));
+        CHILD_CHECK(e.peer >= 0 && e.peer < size, "peer %d", e.peer);
+        CHILD_CHECK(e.tag == received[e.peer], "from rank %d: tag %u, expected %u (FIFO)", e.peer,
+                    e.tag, received[e.peer]);
+        const uint8_t* cell = in + (static_cast<size_t>(e.peer) * msgs + e.tag) * kStride;
+        for (size_t j = 0; j < len_of(e.tag); ++j) {
+          CHILD_CHECK(cell[j] == pattern(e.peer, e.tag, j),
+                      "from rank %d message %u byte %zu not visible with its tag", e.peer, e.tag,
+                      j);
+        }
+        ++received[e.peer];
+      }
+      if (!progress) c.t->wait(milliseconds(1));
+    }
+    c.barrier("done", [&] { poll_all(*c.t); });
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ShmWorld, ::testing::Values(2, 3, 4));
+
+// ---- back-pressure ----
+
+TEST(ShmTransport, FullRingIsBusyDeliversNothingAndRecovers) {
+  run_ranks(2, [](Ctx& c) {
+    auto region = c.t->allocate(4096, MemoryKind::kHost);
+    CHILD_CHECK(region.ok(), "%s", region.status().to_string().c_str());
+    c.publish("region", region.value()->remote_key());
+    c.connect_all();
+    const uint32_t capacity = shm_ring_capacity_for(c.config.slots);
+    if (c.rank == 0) {
+      auto remote = c.t->import_region(1, c.fetch("region", 1));
+      CHILD_CHECK(remote.ok(), "%s", remote.status().to_string().c_str());
+      auto* src = static_cast<uint8_t*>(region.value()->data());
+      std::memset(src, 0xee, 4096);
+      c.barrier("ready");
+      uint32_t sent = 0;
+      Status s;
+      while ((s = c.t->notify(1, sent)).ok()) ++sent;
+      CHILD_CHECK(s.code() == StatusCode::kBusy, "%s", s.to_string().c_str());
+      CHILD_CHECK(sent == capacity, "%u notifications fit, the ring holds %u", sent, capacity);
+      s = c.t->write(*region.value(), 0, *remote.value(), 0, 4096, 99, 1);
+      CHILD_CHECK(s.code() == StatusCode::kBusy, "write into a full ring: %s",
+                  s.to_string().c_str());
+      CHILD_CHECK(poll_all(*c.t).empty(), "a busy write must not complete");
+      c.publish("sent", to_bytes(std::to_string(sent)));
+      c.barrier("drained");
+      CHILD_OK(c.t->notify(1, 777777));
+      CHILD_OK(c.t->write(*region.value(), 0, *remote.value(), 0, 4096, 888888, 5));
+      auto done = poll_all(*c.t);
+      CHILD_CHECK(done.size() == 1 && done[0].kind == TransportCompletion::Kind::kWriteDone &&
+                      done[0].cookie == 5,
+                  "write completion");
+      c.barrier("end");
+    } else {
+      c.barrier("ready");
+      const uint32_t sent = static_cast<uint32_t>(std::stoul(to_string(c.fetch("sent", 0))));
+      const auto* dst = static_cast<const uint8_t*>(region.value()->data());
+      CHILD_CHECK(dst[0] == 0 && dst[4095] == 0, "a busy write delivered data");
+      // Small polls: batches end mid-ring and the order still holds.
+      std::vector<uint32_t> got;
+      TransportCompletion buf[7];
+      size_t n;
+      while ((n = c.t->poll(buf)) > 0) {
+        for (size_t i = 0; i < n; ++i) {
+          CHILD_CHECK(buf[i].kind == TransportCompletion::Kind::kNotify && buf[i].peer == 0,
+                      "unexpected completion");
+          got.push_back(buf[i].tag);
+        }
+      }
+      CHILD_CHECK(got.size() == sent, "%zu of %u notifications arrived", got.size(), sent);
+      for (uint32_t i = 0; i < sent; ++i) CHILD_CHECK(got[i] == i, "tag %u at %u", got[i], i);
+      c.barrier("drained");
+      std::vector<uint32_t> tags;
+      const auto deadline = Clock::now() + seconds(30);
+      while (tags.size() < 2) {
+        CHILD_CHECK(Clock::now() < deadline, "the notifications after the drain never came");
+        for (const auto& e : poll_all(*c.t)) tags.push_back(e.tag);
+        if (tags.size() < 2) c.t->wait(milliseconds(100));
+      }
+      CHILD_CHECK(tags.size() == 2 && tags[0] == 777777 && tags[1] == 888888, "tags after drain");
+      CHILD_CHECK(dst[0] == 0xee && dst[4095] == 0xee, "write after the drain not visible");
+      c.barrier("end");
+    }
+  });
+}
+
+// ---- blocking wait and wake ----
+
+TEST(ShmTransport, WaitSleepsUntilAPeersNotifyAndWakeFromAnotherThreadEndsIt) {
+  run_ranks(2, [](Ctx& c) {
+    c.connect_all();
+    if (c.rank == 0) {
+      c.barrier("go");
+      std::this_thread::sleep_for(milliseconds(300));
+      CHILD_OK(c.t->notify(1, 42));
+      c.barrier("end");
+      return;
+    }
+    c.barrier("go");
+    const auto t0 = Clock::now();
+    int waits = 0;
+    std::vector<TransportCompletion> got;
+    while (got.empty()) {
+      CHILD_CHECK(Clock::now() - t0 < seconds(20), "the notify never woke the wait");
+      c.t->wait(seconds(30));
+      ++waits;
+      got = poll_all(*c.t);
+    }
+    const auto waited = Clock::now() - t0;
+    CHILD_CHECK(got.size() == 1 && got[0].tag == 42 && got[0].peer == 0, "tag");
+    CHILD_CHECK(waited >= milliseconds(100), "wait returned after %lld ms, before the notify",
+                static_cast<long long>(std::chrono::duration_cast<milliseconds>(waited).count()));
+    CHILD_CHECK(waits <= 3, "%d wait() calls: it does not sleep", waits);
+
+    // wake() from another thread ends a long wait.
+    std::thread waker([&] {
+      std::this_thread::sleep_for(milliseconds(100));
+      c.t->wake();
+    });
+    const auto t1 = Clock::now();
+    c.t->wait(seconds(30));
+    CHILD_CHECK(Clock::now() - t1 < seconds(20), "wake() did not end the wait");
+    waker.join();
+    // A wake before the wait is not lost, and is taken by that one wait.
+    c.t->wake();
+    const auto t2 = Clock::now();
+    c.t->wait(seconds(30));
+    CHILD_CHECK(Clock::now() - t2 < seconds(20), "an earlier wake() was lost");
+    const auto t3 = Clock::now();
+    c.t->wait(milliseconds(100));
+    CHILD_CHECK(Clock::now() - t3 >= milliseconds(80), "wait() with nothing to do returned early");
+    c.barrier("end");
+  });
+}
+
+// Many notifications into a receiver whose waiting thread is not the one polling: none lost,
+// the waiter always wakes (the progress thread's case).
+TEST(ShmTransport, WaitOnAnotherThreadThanThePollerLosesNothing) {
+  const uint32_t kMsgs = 20000 / kSlowdown;
+  run_ranks(2, [&](Ctx& c) {
+    c.connect_all();
+    c.barrier("go");
+    if (c.rank == 0) {
+      for (uint32_t i = 0; i < kMsgs;) {
+        Status s = c.t->notify(1, i);
+        if (s.code() == StatusCode::kBusy) {
+          std::this_thread::yield();
+          continue;
+        }
+        CHILD_OK(s);
+        ++i;
+      }
+    } else {
+      std::atomic<uint32_t> seen{0};
+      std::atomic<bool> stop{false};
+      // The sleeper: waits, then hands over to the poller through a flag (like the engine).
+      std::atomic<int> go{0};
+      std::atomic<int64_t> longest_wait_ms{0};
+      std::thread sleeper([&] {
+        while (!stop.load()) {
+          const auto t0 = Clock::now();
+          c.t->wait(seconds(10));
+          const int64_t ms = std::chrono::duration_cast<milliseconds>(Clock::now() - t0).count();
+          if (ms > longest_wait_ms.load()) longest_wait_ms.store(ms);
+          go.store(1);
+          while (go.load() == 1 && !stop.load()) std::this_thread::yield();
+        }
+      });
+      const auto deadline = Clock::now() + seconds(60);
+      while (seen.load() < kMsgs) {
+        CHILD_CHECK(Clock::now() < deadline, "%u of %u arrived", seen.load(), kMsgs);
+        while (go.load() != 1) std::this_thread::yield();
+        for (const auto& e : poll_all(*c.t)) {
+          CHILD_CHECK(e.tag == seen.load(), "tag %u, expected %u", e.tag, seen.load());
+          seen.fetch_add(1);
+        }
+        go.store(0);
+      }
+      stop.store(true);
+      c.t->wake();
+      sleeper.join();
+      // Only a lost wake-up makes a wait run into its 10 s timeout here.
+      CHILD_CHECK(longest_wait_ms.load() < 5000, "a wait() slept %lld ms with work pending",
+                  static_cast<long long>(longest_wait_ms.load()));
+    }
+    c.barrier("end");
+  });
+}
+
+// ---- stores through mapped memory ----
+
+TEST(ShmTransport, StoresThroughTheMappingAreVisibleWithTheNotification) {
+  const uint32_t kMsgs = 50000 / kSlowdown;
+  run_ranks(2, [&](Ctx& c) {
+    auto region = c.t->allocate(64 * 1024, MemoryKind::kHost);
+    CHILD_CHECK(region.ok(), "%s", region.status().to_string().c_str());
+    c.publish("region", region.value()->remote_key());
+    c.connect_all();
+    if (c.rank == 0) {
+      auto remote = c.t->import_region(1, c.fetch("region", 1));
+      CHILD_CHECK(remote.ok(), "%s", remote.status().to_string().c_str());
+      auto* words = static_cast<uint32_t*>(c.t->mapped_address(*remote.value()));
+      CHILD_CHECK(words != nullptr, "no mapping");
+      for (uint32_t i = 1; i <= kMsgs;) {
+        words[i % 16384] = i;  // values only grow per word
+        Status s = c.t->notify(1, i);
+        if (s.code() == StatusCode::kBusy) {
+          std::this_thread::yield();
+          continue;
+        }
+        CHILD_OK(s);
+        ++i;
+      }
+    } else {
+      const auto* words = static_cast<const volatile uint32_t*>(region.value()->data());
+      uint32_t seen = 0, stale = 0;
+      const auto deadline = Clock::now() + seconds(60);
+      while (seen < kMsgs) {
+        CHILD_CHECK(Clock::now() < deadline, "%u of %u arrived", seen, kMsgs);
+        TransportCompletion buf[32];
+        const size_t n = c.t->poll(buf);
+        if (n == 0) c.t->wait(milliseconds(10));
+        for (size_t i = 0; i < n; ++i) {
+          if (words[buf[i].tag % 16384] < buf[i].tag) ++stale;
+          CHILD_CHECK(buf[i].tag == seen + 1, "tag %u after %u", buf[i].tag, seen);
+          ++seen;
+        }
+      }
+      CHILD_CHECK(stale == 0, "%u notifications arrived before their store", stale);
+    }
+    c.barrier("end");
+  });
+}
+
+// ---- the Mailbox over shm ----
+
+class ShmMailbox : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ShmMailbox, MessagesArriveInOrderAndCreditsComeBack) {
+  const bool direct = GetParam();
+  const uint32_t kMsgs = 400 / kSlowdown;
+  run_ranks(3, [&](Ctx& c) {
+    auto made = Mailbox::create(*c.t, MailboxOptions{4096, 4, direct});
+    CHILD_CHECK(made.ok(), "%s", made.status().to_string().c_str());
+    Mailbox& box = *made.value();
+    c.publish("inbox", box.inbox_key());
+    c.connect_all();
+    for (int p = 0; p < c.size; ++p) {
+      if (p != c.rank) CHILD_OK(box.connect_peer(p, c.fetch("inbox", p)));
+    }
+    CHILD_CHECK(box.direct() == direct, "direct %d", box.direct());
+    std::vector<uint32_t> sent(c.size, 0), received(c.size, 0);
+    auto body_of = [](int from, uint32_t i) {
+      std::string s = "from " + std::to_string(from) + " #" + std::to_string(i) + " ";
+      s.append(i * 13 % 3000, static_cast<char>('a' + i % 26));
+      return s;
+    };
+    auto pump = [&] {
+      bool progress = false;
+      for (const TransportCompletion& e : poll_all(*c.t)) {
+        MailboxEvent ev = box.on_completion(e);
+        CHILD_CHECK(ev.kind != MailboxEvent::Kind::kError, "%s", ev.error.to_string().c_str());
+        if (ev.kind != MailboxEvent::Kind::kMessage) continue;
+        InMessage* m = ev.message;
+        const std::string got(reinterpret_cast<const char*>(m->payload), m->payload_bytes);
+        CHILD_CHECK(got == body_of(m->peer, received[m->peer]), "message %u from rank %d: %.40s",
+                    received[m->peer], m->peer, got.c_str());
+        CHILD_CHECK(m->user_header[0] == static_cast<uint8_t>(m->peer), "user header");
+        ++received[m->peer];
+        box.release(m);
+        progress = true;
+      }
+      return box.flush() || progress;
+    };
+    auto done = [&] {
+      for (int p = 0; p < c.size; ++p) {
+        if (p == c.rank) continue;
+        if (sent[p] < kMsgs || received[p] < kMsgs || box.credits(p) != box.slots()) return false;
+      }
+      return !box.has_deferred();
+    };
+    const auto deadline = Clock::now() + seconds(60);
+    while (!done()) {
+      CHILD_CHECK(Clock::now() < deadline, "stuck");
+      bool progress = false;
+      for (int p = 0; p < c.size; ++p) {
+        SendSlot slot;
+        if (p == c.rank || sent[p] == kMsgs || !box.try_acquire(p, &slot)) continue;
+        const std::string text = body_of(c.rank, sent[p]);
+        std::memset(slot.user_header, c.rank, kUserHeaderBytes);
+        std::memcpy(slot.payload, text.data(), text.size());
+        CHILD_OK(box.send(slot, text.size()));
+        ++sent[p];
+        progress = true;
+      }
+      if (!pump() && !progress) c.t->wait(milliseconds(1));
+    }
+    c.barrier("done", [&] { pump(); });
+    CHILD_CHECK(box.stats().sent == 2u * kMsgs && box.stats().received == 2u * kMsgs,
+                "stats sent %llu received %llu", (unsigned long long)box.stats().sent,
+                (unsigned long long)box.stats().received);
+    CHILD_CHECK(box.stats().spills == 0, "spills %llu", (unsigned long long)box.stats().spills);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ShmMailbox, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "direct" : "staged"; });
+
+// ---- naming and cleanup ----
+
+TEST(ShmTransport, SegmentsAreUnlinkedWhileMappingsStayUsable) {
+  run_ranks(2, [](Ctx& c) {
+    auto region = c.t->allocate(8192, MemoryKind::kHost);
+    CHILD_CHECK(region.ok(), "%s", region.status().to_string().c_str());
+    auto scratch = c.t->allocate(100, MemoryKind::kHost);
+    CHILD_CHECK(scratch.ok(), "%s", scratch.status().to_string().c_str());
+    auto key = ShmKey::unpack(region.value()->remote_key(), "test");
+    CHILD_CHECK(key.ok(), "%s", key.status().to_string().c_str());
+    CHILD_CHECK(key->name == shm_segment_name(c.config.job_id, c.scope, c.rank, 1),
+                "segment name %s", key->name.c_str());
+    auto scratch_key = ShmKey::unpack(scratch.value()->remote_key(), "test");
+    CHILD_CHECK(shm_exists(scratch_key->name), "segment %s missing", scratch_key->name.c_str());
+    scratch.value().reset();
+    CHILD_CHECK(!shm_exists(scratch_key->name), "a destroyed region's segment remains");
+    c.publish("region", region.value()->remote_key());
+    c.connect_all();
+    const int peer = 1 - c.rank;
+    const Bytes peer_key = c.fetch("region", peer);
+    auto a = c.t->import_region(peer, peer_key);
+    auto b = c.t->import_region(peer, peer_key);
+    CHILD_CHECK(a.ok() && b.ok(), "import");
+    CHILD_CHECK(c.t->mapped_address(*a.value()) == c.t->mapped_address(*b.value()),
+                "two imports of one segment should share one mapping");
+    auto* pa = static_cast<uint8_t*>(c.t->mapped_address(*a.value()));
+    CHILD_CHECK(pa[0] == 0 && pa[8191] == 0, "allocated memory is not zero-filled");
+    a.value().reset();
+    pa = static_cast<uint8_t*>(c.t->mapped_address(*b.value()));
+    pa[10] = static_cast<uint8_t>(0x40 + c.rank);  // still mapped after the first import went
+    c.barrier("stored");
+    const auto* own = static_cast<const uint8_t*>(region.value()->data());
+    CHILD_CHECK(own[10] == 0x40 + peer, "the peer's store did not land");
+    // The transport goes first; its region's name goes with it, the memory stays.
+    c.t.reset();
+    CHILD_CHECK(!shm_exists(key->name), "segment %s outlived its transport", key->name.c_str());
+    CHILD_CHECK(!shm_exists(shm_segment_name(c.config.job_id, c.scope, c.rank, 0)),
+                "control segment outlived its transport");
+    c.barrier("unlinked");
+    pa[11] = 1;  // the peer unlinked its segment; this mapping still works
+    static_cast<uint8_t*>(region.value()->data())[12] = 1;
+    CHILD_CHECK(pa[11] == 1, "mapping");
+    b.value().reset();
+    region.value().reset();  // after the transport: must not unlink (or crash) again
+  });
+}
+
+TEST(ShmTransport, AStaleSegmentOfAnEarlierRunDoesNotBreakTheNextOne) {
+  const std::string job = unique_job();
+  const std::string scope = "shmtest";
+  // Leftovers under the names ranks 0 and 1 will use: control segment and first region.
+  for (const std::string& name :
+       {shm_segment_name(job, scope, 0, 0), shm_segment_name(job, scope, 0, 1),
+        shm_segment_name(job, scope, 1, 0)}) {
+    const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    ASSERT_GE(fd, 0) << name << ": " << strerror(errno);
+    ASSERT_EQ(write(fd, "stale", 5), 5);
+    close(fd);
+  }
+  RunOptions opt;
+  opt.job = job;
+  opt.scope = scope;
+  run_ranks(
+      2,
+      [](Ctx& c) {
+        auto region = c.t->allocate(4096, MemoryKind::kHost);
+        CHILD_CHECK(region.ok(), "%s", region.status().to_string().c_str());
+        c.publish("region", region.value()->remote_key());
+        c.connect_all();
+        auto remote = c.t->import_region(1 - c.rank, c.fetch("region", 1 - c.rank));
+        CHILD_CHECK(remote.ok(), "%s", remote.status().to_string().c_str());
+        CHILD_OK(c.t->notify(1 - c.rank, 5));
+        const auto deadline = Clock::now() + seconds(30);
+        std::vector<TransportCompletion> got;
+        while ((got = poll_all(*c.t)).empty()) {
+          CHILD_CHECK(Clock::now() < deadline, "no notification");
+          c.t->wait(milliseconds(50));
+        }
+        CHILD_CHECK(got[0].tag == 5, "tag");
+        c.barrier("end");
+      },
+      opt);
+}
+
+TEST(ShmTransport, WithoutAJobIdRankZeroPicksOneForEveryone) {
+  RunOptions opt;
+  opt.empty_job_id = true;
+  const RunResult r = run_ranks(
+      3,
+      [](Ctx& c) {
+        c.connect_all();
+        CHILD_OK(c.t->notify((c.rank + 1) % c.size, 1));
+        const auto deadline = Clock::now() + seconds(30);
+        while (poll_all(*c.t).empty()) {
+          CHILD_CHECK(Clock::now() < deadline, "no notification");
+          c.t->wait(milliseconds(50));
+        }
+        c.barrier("end");
+      },
+      opt);
+  EXPECT_EQ(r.job.size(), 17u) << r.job;
+}
+
+// ---- bad input (ranks as transports of one process: shm works there too) ----
+
+struct LocalPair {
+  Config config;
+  HashStore store;
+  std::string job = unique_job();
+  std::unique_ptr<Transport> t[2];
+  explicit LocalPair(bool connect = true) {
+    config.job_id = job;
+    for (int r = 0; r < 2; ++r) {
+      auto made = create_shm_transport(TransportParams{r, 2, &config, &store, "local"});
+      EXPECT_TRUE(made.ok()) << made.status().to_string();
+      if (made.ok()) t[r] = std::move(made).value();
+    }
+    if (!connect) return;
+    for (int r = 0; r < 2; ++r) {
+      for (int p = 0; p < 2; ++p) {
+        Status s = t[r]->connect(p, t[p]->local_address());
+        EXPECT_TRUE(s.ok()) << s.to_string();
+      }
+    }
+  }
+  ~LocalPair() {
+    t[0].reset();
+    t[1].reset();
+    const auto left = leftover_segments(job);
+    EXPECT_TRUE(left.empty()) << left.size() << " segments left, first " << left[0];
+    for (const auto& name : left) shm_unlink(("/" + name).c_str());
+  }
+};
+
+std::vector<uint8_t> repack(const std::vector<uint8_t>& blob, void (*edit)(ShmKey&)) {
+  auto k = ShmKey::unpack(blob, "test");
+  EXPECT_TRUE(k.ok());
+  ShmKey key = k.value();
+  edit(key);
+  return key.pack();
+}
+
+void expect_error(const Status& s, StatusCode code, const std::string& words) {
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_NE(s.message().find(words), std::string::npos) << s.to_string();
+}
+
+TEST(ShmTransport, BadCreationParametersAreClearErrors) {
+  Config config;
+  config.job_id = unique_job();
+  HashStore store;
+  expect_error(create_shm_transport(TransportParams{0, 2, &config, nullptr, "x"}).status(),
+               StatusCode::kInvalidArgument, "store");
+  expect_error(create_shm_transport(TransportParams{2, 2, &config, &store, "x"}).status(),
+               StatusCode::kInvalidArgument, "rank 2 of world size 2");
+  expect_error(create_shm_transport(TransportParams{0, 0, &config, &store, "x"}).status(),
+               StatusCode::kInvalidArgument, "world size 0");
+  Config long_job = config;
+  long_job.job_id.assign(200, 'j');
+  expect_error(create_shm_transport(TransportParams{0, 1, &long_job, &store, "x"}).status(),
+               StatusCode::kInvalidArgument, "EAGERCOMM_JOB_ID has 200 characters");
+  // Odd characters are replaced, not refused.
+  Config odd = config;
+  odd.job_id = config.job_id + "/a b";
+  auto t = create_shm_transport(TransportParams{0, 1, &odd, &store, "x"});
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_TRUE(shm_exists(shm_segment_name(config.job_id + "_a_b", "x", 0, 0)));
+  t.value().reset();
+  EXPECT_TRUE(leftover_segments(config.job_id + "_a_b").empty());
+  // A rank without a job id waits for rank 0's, and says so when it does not come.
+  Config no_job;
+  no_job.timeout = milliseconds(50);
+  expect_error(create_shm_transport(TransportParams{1, 2, &no_job, &store, "y"}).status(),
+               StatusCode::kTimeout, "y/shm/job");
+}
+
+TEST(ShmTransport, BadKindsAndRegistrationAreClearErrors) {
+  LocalPair lp;
+  Transport& t = *lp.t[0];
+  EXPECT_EQ(t.name(), "shm");
+  expect_error(t.allocate(64, MemoryKind::kCuda).status(), StatusCode::kNotSupported, "cuda");
+  int x = 0;
+  expect_error(t.register_memory(&x, sizeof(x), MemoryKind::kHost).status(),
+               StatusCode::kNotSupported, "allocate()");
+  expect_error(t.register_memory(&x, sizeof(x), MemoryKind::kCuda).status(),
+               StatusCode::kNotSupported, "cuda");
+  expect_error(t.register_memory(nullptr, 8, MemoryKind::kHost).status(),
+               StatusCode::kInvalidArgument, "null");
+  expect_error(t.allocate(uint64_t{1} << 50, MemoryKind::kHost).status(),
+               StatusCode::kInvalidArgument, "at most");
+  auto empty = t.allocate(0, MemoryKind::kHost);
+  ASSERT_TRUE(empty.ok()) << empty.status().to_string();
+  EXPECT_EQ(empty.value()->size(), 0u);
+}
+
+TEST(ShmTransport, BadKeysAreClearErrors) {
+  LocalPair lp;
+  Transport& a = *lp.t[0];
+  Transport& b = *lp.t[1];
+  auto region = b.allocate(4096, MemoryKind::kHost);
+  ASSERT_TRUE(region.ok());
+  const std::vector<uint8_t> key = region.value()->remote_key();
+  ASSERT_TRUE(a.import_region(1, key).ok());
+  expect_error(a.import_region(7, key).status(), StatusCode::kInvalidArgument, "peer rank 7");
+  expect_error(a.import_region(-1, key).status(), StatusCode::kInvalidArgument, "peer rank -1");
+  expect_error(a.import_region(0, key).status(), StatusCode::kProtocolError, "belongs to rank 1");
+  expect_error(a.import_region(1, std::vector<uint8_t>(key.begin(), key.begin() + 5)).status(),
+               StatusCode::kProtocolError, "too short");
+  std::vector<uint8_t> garbage(key.size(), 0x77);
+  expect_error(a.import_region(1, garbage).status(), StatusCode::kProtocolError, "not an shm key");
+  std::vector<uint8_t> longer = key;
+  longer.push_back('x');
+  expect_error(a.import_region(1, longer).status(), StatusCode::kProtocolError, "announces");
+  expect_error(a.import_region(1, b.local_address()).status(), StatusCode::kProtocolError,
+               "not a region key");
+  expect_error(a.import_region(1, repack(key, [](ShmKey& k) { k.check ^= 1; })).status(),
+               StatusCode::kProtocolError, "does not match");
+  expect_error(a.import_region(1, repack(key, [](ShmKey& k) { k.bytes += 8192; })).status(),
+               StatusCode::kProtocolError, "stale segment");
+  expect_error(
+      a.import_region(1, repack(key, [](ShmKey& k) { k.bytes = uint64_t{1} << 60; })).status(),
+      StatusCode::kProtocolError, "more than");
+  expect_error(a.import_region(1, repack(key, [](ShmKey& k) { k.name = "/../../etc/x"; })).status(),
+               StatusCode::kProtocolError, "invalid segment");
+  expect_error(
+      a.import_region(1, repack(key, [](ShmKey& k) { k.name = "/eagercomm-otherjob-1-1"; }))
+          .status(),
+      StatusCode::kProtocolError, "EAGERCOMM_JOB_ID");
+  // A freed region: its segment is gone.
+  region.value().reset();
+  expect_error(a.import_region(1, key).status(), StatusCode::kPeerFailed, "does not exist");
+}
+
+TEST(ShmTransport, BadPeersAndAddressesAreClearErrors) {
+  LocalPair lp(false);
+  Transport& a = *lp.t[0];
+  Transport& b = *lp.t[1];
+  expect_error(a.notify(1, 1), StatusCode::kInvalidArgument, "not connected");
+  expect_error(a.notify(2, 1), StatusCode::kInvalidArgument, "peer rank 2");
+  expect_error(a.connect(2, b.local_address()), StatusCode::kInvalidArgument, "peer rank 2");
+  expect_error(a.connect(0, b.local_address()), StatusCode::kProtocolError, "belongs to rank 1");
+  expect_error(a.connect(1, std::vector<uint8_t>{1, 2, 3}), StatusCode::kProtocolError,
+               "too short");
+  auto region = b.allocate(64, MemoryKind::kHost);
+  ASSERT_TRUE(region.ok());
+  expect_error(a.connect(1, region.value()->remote_key()), StatusCode::kProtocolError,
+               "not a transport address");
+  ASSERT_TRUE(a.connect(1, b.local_address()).ok());
+  ASSERT_TRUE(a.connect(1, b.local_address()).ok()) << "connect is idempotent";
+  ASSERT_TRUE(a.connect(0, a.local_address()).ok()) << "connecting to oneself is harmless";
+  expect_error(a.connect(1, repack(b.local_address(), [](ShmKey& k) { k.check ^= 1; })),
+               StatusCode::kInvalidArgument, "different address");
+  // Notifying oneself works (the ring for this rank's own sends).
+  ASSERT_TRUE(a.notify(0, 9).ok());
+  auto self = poll_all(a);
+  ASSERT_EQ(self.size(), 1u);
+  EXPECT_EQ(self[0].peer, 0);
+  EXPECT_EQ(self[0].tag, 9u);
+  // Writes: bounds and foreign remote regions.
+  auto src = a.allocate(64, MemoryKind::kHost);
+  ASSERT_TRUE(src.ok());
+  auto remote = a.import_region(1, region.value()->remote_key());
+  ASSERT_TRUE(remote.ok());
+  expect_error(a.write(*src.value(), 0, *remote.value(), 32, 64, 1, 1),
+               StatusCode::kInvalidArgument, "out of bounds");
+  expect_error(a.write(*src.value(), 32, *remote.value(), 0, 64, 1, 1),
+               StatusCode::kInvalidArgument, "out of bounds");
+  auto foreign = b.import_region(1, region.value()->remote_key());
+  ASSERT_TRUE(foreign.ok());
+  expect_error(a.write(*src.value(), 0, *foreign.value(), 0, 8, 1, 1), StatusCode::kInvalidArgument,
+               "did not import");
+  EXPECT_EQ(a.mapped_address(*foreign.value()), nullptr);
+  ASSERT_TRUE(a.write(*src.value(), 0, *remote.value(), 0, 64, 1, 1).ok());
+  // A rank of a world of another size.
+  Config config = lp.config;
+  auto c = create_shm_transport(TransportParams{2, 3, &config, &lp.store, "local"});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  expect_error(c.value()->connect(0, a.local_address()), StatusCode::kMismatch, "world size 2");
+  // A peer that is gone: its control segment no longer exists.
+  const std::vector<uint8_t> b_address = b.local_address();
+  foreign.value().reset();
+  region.value().reset();
+  lp.t[1].reset();
+  expect_error(c.value()->connect(1, b_address), StatusCode::kPeerFailed, "does not exist");
+}
+
+// A peer that scribbles over the control segment: errors, never a crash or a busy loop.
+TEST(ShmTransport, CorruptRingsAreErrorsNotCrashes) {
+  LocalPair lp;
+  Transport& a = *lp.t[0];
+  Transport& b = *lp.t[1];
+  const uint32_t capacity = shm_ring_capacity_for(lp.config.slots);
+  for (uint32_t i = 0; i < capacity; ++i) ASSERT_TRUE(a.notify(1, i).ok());
+  ASSERT_EQ(a.notify(1, 0).code(), StatusCode::kBusy);
+  // Overwrite everything after b's header page with 0xa5.
+  const std::string name = shm_segment_name(lp.job, "local", 1, 0);
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  struct stat st;
+  ASSERT_EQ(fstat(fd, &st), 0);
+  void* p = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(p, MAP_FAILED);
+  std::memset(static_cast<uint8_t*>(p) + kShmHeaderBytes, 0xa5, st.st_size - kShmHeaderBytes);
+  munmap(p, st.st_size);
+
+  // The sender sees an impossible head, once and for good.
+  expect_error(a.notify(1, 1), StatusCode::kProtocolError, "corrupted");
+  expect_error(a.notify(1, 1), StatusCode::kProtocolError, "corrupted");
+  // The receiver reports each sender once, then ignores them.
+  auto got = poll_all(b);
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& e : got) EXPECT_EQ(e.kind, TransportCompletion::Kind::kPeerError);
+  EXPECT_NE(got[0].peer, got[1].peer);
+  EXPECT_TRUE(poll_all(b).empty());
+  // wait() does not spin on the broken rings: after taking the scribbled "woken" word once,
+  // it sleeps for its timeout.
+  b.wait(milliseconds(100));
+  const auto t0 = Clock::now();
+  b.wait(milliseconds(100));
+  EXPECT_GE(Clock::now() - t0, milliseconds(80));
+  // The other direction is unaffected.
+  ASSERT_TRUE(b.notify(0, 3).ok());
+  got = poll_all(a);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].tag, 3u);
+}
+
+// ---- measurements (printed, not asserted) ----
+
+TEST(ShmTransportPerf, PingPongLatencyAndWriteBandwidth) {
+  run_ranks(2, [](Ctx& c) {
+    constexpr size_t kBytes = 64 << 20;
+    constexpr size_t kChunk = 4 << 20;
+    auto region = c.t->allocate(kBytes, MemoryKind::kHost);
+    CHILD_CHECK(region.ok(), "%s", region.status().to_string().c_str());
+    c.publish("region", region.value()->remote_key());
+    c.connect_all();
+    const int peer = 1 - c.rank;
+    auto remote = c.t->import_region(peer, c.fetch("region", peer));
+    CHILD_CHECK(remote.ok(), "%s", remote.status().to_string().c_str());
+    c.barrier("go");
+    auto await_tag = [&](bool blocking) {
+      TransportCompletion e;
+      const auto deadline = Clock::now() + seconds(30);
+      for (;;) {
+        // One completion at a time: a write completion is skipped, a tag is never consumed early.
+        if (c.t->poll(std::span(&e, 1)) == 1 && e.kind == TransportCompletion::Kind::kNotify) {
+          return e.tag;
+        }
+        if (blocking) c.t->wait(seconds(1));
+        CHILD_CHECK(Clock::now() < deadline, "ping-pong stalled");
+      }
+    };
+    auto ping_pong = [&](int iters, bool blocking) {
+      std::vector<double> rtt;
+      for (int i = 0; i < iters; ++i) {
+        if (c.rank == 0) {
+          const auto t0 = Clock::now();
+          CHILD_OK(c.t->notify(1, i));
+          CHILD_CHECK(await_tag(blocking) == static_cast<uint32_t>(i), "pong");
+          rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        } else {
+          CHILD_CHECK(await_tag(blocking) == static_cast<uint32_t>(i), "ping");
+          CHILD_OK(c.t->notify(0, i));
+        }
+      }
+      std::sort(rtt.begin(), rtt.end());
+      return rtt;
+    };
+    ping_pong(1000 / kSlowdown, false);  // warm-up
+    const auto spin = ping_pong(20000 / kSlowdown, false);
+    const auto sleep = ping_pong(2000 / kSlowdown, true);
+    c.barrier("bw");
+    // Bandwidth: rank 0 writes 64 MiB in 4 MiB writes; rank 1 acknowledges each round.
+    const int rounds = std::max(1, 8 / kSlowdown);
+    double seconds_taken = 0;
+    for (int round = -1; round < rounds; ++round) {  // round -1: warm-up (page faults)
+      if (c.rank == 0) {
+        std::memset(region.value()->data(), round & 0xff, kBytes);
+        const auto t1 = Clock::now();
+        for (size_t off = 0; off < kBytes;) {
+          Status s = c.t->write(*region.value(), off, *remote.value(), off, kChunk, 1, off);
+          if (s.code() == StatusCode::kBusy) continue;
+          CHILD_OK(s);
+          off += kChunk;
+        }
+        await_tag(false);  // the acknowledgement (write completions are skipped)
+        if (round >= 0) seconds_taken += std::chrono::duration<double>(Clock::now() - t1).count();
+      } else {
+        for (size_t got = 0; got < kBytes / kChunk; ++got) await_tag(false);
+        const auto* d = static_cast<const uint8_t*>(region.value()->data());
+        CHILD_CHECK(d[0] == (round & 0xff) && d[kBytes - 1] == (round & 0xff), "data");
+        CHILD_OK(c.t->notify(0, 2));
+      }
+    }
+    if (c.rank == 0) {
+      // The single-thread memcpy of this machine, for reference.
+      std::vector<uint8_t> a(kBytes, 1), b(kBytes, 2);
+      std::memcpy(b.data(), a.data(), kBytes);
+      const auto t0 = Clock::now();
+      for (int i = 0; i < 4; ++i) std::memcpy(b.data(), a.data(), kBytes);
+      const double copy_s = std::chrono::duration<double>(Clock::now() - t0).count() / 4;
+      auto pct = [](const std::vector<double>& v, double q) {
+        return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+      };
+      printf("[shm perf] notify+poll round trip, polling:  median %.2f us  p99 %.2f us  (%zu)\n",
+             pct(spin, 0.5), pct(spin, 0.99), spin.size());
+      printf("[shm perf] notify+poll round trip, sleeping: median %.2f us  p99 %.2f us  (%zu)\n",
+             pct(sleep, 0.5), pct(sleep, 0.99), sleep.size());
+      printf(
+          "[shm perf] write bandwidth, 4 MiB writes: %.2f GB/s (memcpy in one process: %.2f "
+          "GB/s)\n",
+          rounds * kBytes / seconds_taken / 1e9, kBytes / copy_s / 1e9);
+      fflush(stdout);
+    }
+    c.barrier("end");
+  });
+}
+
+}  // namespace
+}  // namespace eagercomm::test

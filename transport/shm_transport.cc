@@ -1,0 +1,479 @@
+#include "transport/shm_transport.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "runtime/event_count.h"
+#include "runtime/log.h"
+#include "transport/shm_ring.h"
+#include "transport/shm_segment.h"
+
+namespace eagercomm {
+namespace {
+
+// Largest world the control segment is laid out for (one ring per sender).
+constexpr int kMaxRanks = 1 << 16;
+
+// The start of a control segment's payload; the rings follow at kControlBlockBytes.
+struct ControlBlock {
+  uint32_t world_size;     // written once by the owner before its address is published
+  uint32_t ring_capacity;  // likewise
+  alignas(64) EventCount event;
+  alignas(64) std::atomic<uint32_t> woken;  // sticky wake(): nonzero until a wait() takes it
+};
+constexpr size_t kControlBlockBytes = (sizeof(ControlBlock) + 63) / 64 * 64;
+
+size_t ring_offset(int sender, uint32_t capacity) {
+  return kControlBlockBytes + static_cast<size_t>(sender) * shm_ring::ring_bytes(capacity);
+}
+
+size_t control_bytes(int world, uint32_t capacity) { return ring_offset(world, capacity); }
+
+std::atomic<uint64_t> g_next_transport_id{1};
+
+class ShmRegion final : public MemoryRegion {
+ public:
+  ShmRegion(std::unique_ptr<ShmSegment> segment, std::shared_ptr<ShmOwnedNames> names,
+            MemoryKind kind)
+      : MemoryRegion(segment->payload(), segment->payload_bytes(), kind),
+        segment_(std::move(segment)),
+        names_(std::move(names)) {
+    remote_key_ = segment_->key().pack();
+  }
+  // Peers that imported the segment keep their mappings; only the name goes.
+  ~ShmRegion() override { names_->release(segment_->name()); }
+
+ private:
+  std::unique_ptr<ShmSegment> segment_;
+  std::shared_ptr<ShmOwnedNames> names_;
+};
+
+class ShmRemote final : public RemoteRegion {
+ public:
+  ShmRemote(int peer, std::shared_ptr<ShmSegment> segment, uint64_t transport_id)
+      : RemoteRegion(peer, segment->payload_bytes()),
+        segment_(std::move(segment)),
+        transport_id_(transport_id) {}
+  uint8_t* base() const { return segment_->payload(); }
+  uint64_t transport_id() const { return transport_id_; }
+
+ private:
+  std::shared_ptr<ShmSegment> segment_;
+  uint64_t transport_id_;
+};
+
+class ShmTransport final : public Transport {
+ public:
+  static Result<std::unique_ptr<Transport>> create(const TransportParams& params, std::string job);
+  ~ShmTransport() override { names_->release_all(); }
+
+  std::string_view name() const override { return "shm"; }
+
+  Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes, MemoryKind kind) override {
+    EC_RETURN_IF_ERROR(check_kind(kind, "allocate"));
+    const std::string name = shm_segment_name(job_, scope_, rank(), next_segment_++);
+    EC_ASSIGN_OR_RETURN(std::unique_ptr<ShmSegment> segment,
+                        ShmSegment::create(name, bytes, rank(), ShmSegmentKind::kData));
+    names_->add(name);
+    return std::unique_ptr<MemoryRegion>(
+        std::make_unique<ShmRegion>(std::move(segment), names_, kind));
+  }
+
+  Result<std::unique_ptr<MemoryRegion>> register_memory(void* data, size_t bytes,
+                                                        MemoryKind kind) override {
+    EC_RETURN_IF_ERROR(check_kind(kind, "register_memory"));
+    if (data == nullptr && bytes > 0) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "shm: cannot register a null pointer with %zu bytes", bytes);
+    }
+    return make_status(StatusCode::kNotSupported,
+                       "shm: register_memory(%p, %zu): memory of one process cannot be shared "
+                       "with the other processes after the fact; use allocate() for memory peers "
+                       "write into",
+                       data, bytes);
+  }
+
+  Result<std::unique_ptr<RemoteRegion>> import_region(int peer,
+                                                      std::span<const uint8_t> blob) override {
+    EC_RETURN_IF_ERROR(check_peer(peer, "import_region"));
+    const std::string what = "remote key from rank " + std::to_string(peer);
+    EC_ASSIGN_OR_RETURN(ShmKey key, ShmKey::unpack(blob, what.c_str()));
+    if (key.kind != ShmSegmentKind::kData) {
+      return make_status(StatusCode::kProtocolError,
+                         "shm: %s is a transport address, not a region key", what.c_str());
+    }
+    EC_RETURN_IF_ERROR(check_owner(key, peer, what));
+    std::lock_guard<std::mutex> lock(import_mu_);
+    std::erase_if(imports_, [](const auto& entry) { return entry.second.expired(); });
+    const auto id = std::make_pair(key.name, key.check);
+    std::shared_ptr<ShmSegment> segment;
+    if (auto it = imports_.find(id); it != imports_.end()) segment = it->second.lock();
+    if (!segment) {
+      EC_ASSIGN_OR_RETURN(std::unique_ptr<ShmSegment> opened, ShmSegment::open(key, what.c_str()));
+      segment = std::move(opened);
+      imports_[id] = segment;
+    }
+    return std::unique_ptr<RemoteRegion>(
+        std::make_unique<ShmRemote>(peer, std::move(segment), id_));
+  }
+
+  std::vector<uint8_t> local_address() const override { return address_; }
+
+  Status connect(int peer, std::span<const uint8_t> address) override {
+    EC_RETURN_IF_ERROR(check_peer(peer, "connect"));
+    const std::string what = "address of rank " + std::to_string(peer);
+    EC_ASSIGN_OR_RETURN(ShmKey key, ShmKey::unpack(address, what.c_str()));
+    if (key.kind != ShmSegmentKind::kControl) {
+      return make_status(StatusCode::kProtocolError,
+                         "shm: %s is a region key, not a transport address", what.c_str());
+    }
+    EC_RETURN_IF_ERROR(check_owner(key, peer, what));
+    // This rank's own entry is connected from the start (its ring in its own segment).
+    Outbox& out = out_[peer];
+    if (out.connected) {
+      if (std::equal(address.begin(), address.end(), out.address.begin(), out.address.end())) {
+        return Status::Ok();
+      }
+      return make_status(StatusCode::kInvalidArgument,
+                         "shm: rank %d is already connected with a different address", peer);
+    }
+    EC_ASSIGN_OR_RETURN(std::unique_ptr<ShmSegment> segment, ShmSegment::open(key, what.c_str()));
+    // Copied once: the peer could change these words later, the copies cannot change.
+    uint32_t world = 0;
+    uint32_t capacity = 0;
+    if (segment->payload_bytes() >= kControlBlockBytes) {
+      const auto* block = reinterpret_cast<const ControlBlock*>(segment->payload());
+      std::memcpy(&world, &block->world_size, sizeof(world));
+      std::memcpy(&capacity, &block->ring_capacity, sizeof(capacity));
+    }
+    if (world != static_cast<uint32_t>(size())) {
+      return make_status(StatusCode::kMismatch,
+                         "shm: rank %d was started with world size %u, this rank (%d) with %d",
+                         peer, world, rank(), size());
+    }
+    if (!shm_ring::valid_capacity(capacity) ||
+        segment->payload_bytes() != control_bytes(size(), capacity)) {
+      return make_status(StatusCode::kProtocolError,
+                         "shm: the control segment %s of rank %d is malformed (ring capacity "
+                         "%u, %llu bytes)",
+                         segment->name().c_str(), peer, capacity,
+                         static_cast<unsigned long long>(segment->payload_bytes()));
+    }
+    auto* block = reinterpret_cast<ControlBlock*>(segment->payload());
+    out.ring = shm_ring::Producer(segment->payload() + ring_offset(rank(), capacity), capacity);
+    out.event = &block->event;
+    out.segment = std::move(segment);
+    out.address.assign(address.begin(), address.end());
+    out.connected = true;
+    EC_DEBUG(kNet, "shm: rank %d connected to rank %d (%s)", rank(), peer, key.name.c_str());
+    return Status::Ok();
+  }
+
+  Status write(const MemoryRegion& local, size_t local_offset, const RemoteRegion& remote,
+               size_t remote_offset, size_t bytes, uint32_t tag, uint64_t cookie) override {
+    const auto* dst = dynamic_cast<const ShmRemote*>(&remote);
+    if (dst == nullptr || dst->transport_id() != id_) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "shm: write to a remote region that this transport did not import");
+    }
+    if (local_offset > local.size() || bytes > local.size() - local_offset ||
+        remote_offset > remote.size() || bytes > remote.size() - remote_offset) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "shm: write of %zu bytes out of bounds (local %zu+%zu of %zu, remote "
+                         "%zu+%zu of %zu)",
+                         bytes, local_offset, bytes, local.size(), remote_offset, bytes,
+                         remote.size());
+    }
+    const int peer = remote.peer();
+    EC_RETURN_IF_ERROR(check_room(peer));
+    if (bytes > 0) {
+      std::memcpy(dst->base() + remote_offset,
+                  static_cast<const uint8_t*>(local.data()) + local_offset, bytes);
+    }
+    push(peer, tag);
+    done_.push_back(TransportCompletion{TransportCompletion::Kind::kWriteDone, peer, tag, cookie});
+    pending_done_.fetch_add(1, std::memory_order_release);
+    return Status::Ok();
+  }
+
+  Status notify(int peer, uint32_t tag) override {
+    EC_RETURN_IF_ERROR(check_peer(peer, "notify"));
+    EC_RETURN_IF_ERROR(check_room(peer));
+    push(peer, tag);
+    return Status::Ok();
+  }
+
+  void* mapped_address(const RemoteRegion& remote) override {
+    const auto* r = dynamic_cast<const ShmRemote*>(&remote);
+    return r != nullptr && r->transport_id() == id_ ? r->base() : nullptr;
+  }
+
+  size_t poll(std::span<TransportCompletion> out) override {
+    size_t n = 0;
+    while (n < out.size() && done_head_ < done_.size()) {
+      out[n++] = done_[done_head_++];
+      pending_done_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (done_head_ == done_.size()) {
+      done_.clear();
+      done_head_ = 0;
+    }
+    const int world = size();
+    for (int k = 0; k < world && n < out.size(); ++k) {
+      const int sender = (poll_start_ + k) % world;
+      Inbox& in = in_[sender];
+      if (in.failed.load(std::memory_order_relaxed)) continue;
+      const int64_t avail = in.ring.available();
+      if (avail < 0) {
+        EC_ERROR(kNet,
+                 "shm: rank %d's notification ring in rank %d's control segment %s holds "
+                 "impossible indices; ignoring that rank from now on",
+                 sender, rank(), control_->name().c_str());
+        in.failed.store(true, std::memory_order_release);
+        out[n++] = TransportCompletion{TransportCompletion::Kind::kPeerError, sender, 0, 0};
+        continue;
+      }
+      if (avail == 0) continue;
+      const size_t take = std::min(static_cast<size_t>(avail), out.size() - n);
+      for (size_t i = 0; i < take; ++i) {
+        out[n++] =
+            TransportCompletion{TransportCompletion::Kind::kNotify, sender, in.ring.pop(), 0};
+      }
+      in.ring.publish();
+    }
+    poll_start_ = poll_start_ + 1 == world ? 0 : poll_start_ + 1;
+    return n;
+  }
+
+  void wait(std::chrono::nanoseconds timeout) override {
+    if (block_->woken.exchange(0, std::memory_order_acq_rel) != 0) return;
+    const EventCount::Ticket ticket = block_->event.prepare_wait();
+    if (may_have_work() || block_->woken.exchange(0, std::memory_order_acq_rel) != 0) {
+      block_->event.cancel_wait();
+      return;
+    }
+    block_->event.commit_wait(ticket, timeout);
+  }
+
+  void wake() override {
+    block_->woken.store(1, std::memory_order_release);
+    block_->event.notify_all();
+  }
+
+ private:
+  // This rank's sending side towards one peer: its ring in the peer's control segment.
+  struct Outbox {
+    std::unique_ptr<ShmSegment> segment;  // the peer's control segment (none for this rank)
+    shm_ring::Producer ring;
+    EventCount* event = nullptr;
+    std::vector<uint8_t> address;  // what connect() was given, for idempotence
+    Status failed;                 // sticky: the peer corrupted the ring
+    bool connected = false;
+  };
+  // One sender's ring in this rank's control segment.
+  struct Inbox {
+    shm_ring::Consumer ring;
+    std::atomic<bool> failed{false};  // read by wait() on any thread
+  };
+
+  ShmTransport(const TransportParams& params, std::string job, std::unique_ptr<ShmSegment> control,
+               std::shared_ptr<ShmOwnedNames> names, uint32_t capacity)
+      : Transport(params.rank, params.size),
+        job_(std::move(job)),
+        scope_(params.scope),
+        prefix_(shm_scope_prefix(job_, scope_)),
+        id_(g_next_transport_id.fetch_add(1, std::memory_order_relaxed)),
+        names_(std::move(names)),
+        control_(std::move(control)),
+        block_(reinterpret_cast<ControlBlock*>(control_->payload())),
+        address_(control_->key().pack()),
+        out_(params.size),
+        in_(std::make_unique<Inbox[]>(params.size)) {
+    for (int s = 0; s < params.size; ++s) {
+      in_[s].ring = shm_ring::Consumer(control_->payload() + ring_offset(s, capacity), capacity);
+    }
+    Outbox& self = out_[rank()];
+    self.ring = shm_ring::Producer(control_->payload() + ring_offset(rank(), capacity), capacity);
+    self.event = &block_->event;
+    self.address = address_;
+    self.connected = true;
+  }
+
+  Status check_kind(MemoryKind kind, const char* call) const {
+    if (kind == MemoryKind::kHost) return Status::Ok();
+    return make_status(StatusCode::kNotSupported,
+                       "shm: %s: memory kind %s is not supported (host memory only)", call,
+                       std::string(memory_kind_name(kind)).c_str());
+  }
+
+  Status check_peer(int peer, const char* call) const {
+    if (peer >= 0 && peer < size()) return Status::Ok();
+    return make_status(StatusCode::kInvalidArgument, "shm: %s: peer rank %d out of range [0, %d)",
+                       call, peer, size());
+  }
+
+  // A key may only name a segment of `peer` in this job and scope: a forged key must not make
+  // this rank map (and write into) other jobs' memory.
+  Status check_owner(const ShmKey& key, int peer, const std::string& what) const {
+    if (key.owner != peer) {
+      return make_status(StatusCode::kProtocolError, "shm: %s belongs to rank %d", what.c_str(),
+                         key.owner);
+    }
+    const std::string expected = prefix_ + std::to_string(peer) + "-";
+    if (key.name.compare(0, expected.size(), expected) != 0) {
+      return make_status(StatusCode::kProtocolError,
+                         "shm: %s names segment %s, which is not one of rank %d's in this job "
+                         "and scope (%s*; do the ranks use the same EAGERCOMM_JOB_ID?)",
+                         what.c_str(), key.name.c_str(), peer, expected.c_str());
+    }
+    return Status::Ok();
+  }
+
+  // Ok when one more tag fits on `peer`'s ring; kBusy when full; the sticky error when the peer
+  // corrupted it.
+  Status check_room(int peer) {
+    Outbox& out = out_[peer];
+    if (!out.connected) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "shm: rank %d is not connected (connect() it first)", peer);
+    }
+    if (!out.failed.ok()) return out.failed;
+    switch (out.ring.room()) {
+      case shm_ring::Room::kOk:
+        return Status::Ok();
+      case shm_ring::Room::kFull:
+        return Status(StatusCode::kBusy, {});
+      case shm_ring::Room::kCorrupt:
+        break;
+    }
+    out.failed = make_status(StatusCode::kProtocolError,
+                             "shm: rank %d corrupted the notification ring of rank %d in its "
+                             "control segment (impossible head index)",
+                             peer, rank());
+    EC_ERROR(kNet, "%s", out.failed.message().c_str());
+    return out.failed;
+  }
+
+  void push(int peer, uint32_t tag) {
+    Outbox& out = out_[peer];
+    out.ring.push(tag);
+    out.event->notify_all();
+  }
+
+  bool may_have_work() const {
+    if (pending_done_.load(std::memory_order_acquire) > 0) return true;
+    for (int s = 0; s < size(); ++s) {
+      if (!in_[s].failed.load(std::memory_order_acquire) && in_[s].ring.maybe_nonempty()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  const std::string job_;
+  const std::string scope_;
+  const std::string prefix_;  // every segment name of this job and scope starts so
+  const uint64_t id_;         // tells this transport's remote regions from others'
+  std::shared_ptr<ShmOwnedNames> names_;
+  std::unique_ptr<ShmSegment> control_;
+  ControlBlock* block_;
+  const std::vector<uint8_t> address_;
+  uint64_t next_segment_ = 1;  // 0 is the control segment
+  std::vector<Outbox> out_;
+  std::unique_ptr<Inbox[]> in_;
+  int poll_start_ = 0;
+  // Imported segments by (name, check value), shared by every import of one segment. Import is
+  // setup, not a data path; the mutex only guards the table.
+  std::mutex import_mu_;
+  std::map<std::pair<std::string, uint64_t>, std::weak_ptr<ShmSegment>> imports_;
+  std::vector<TransportCompletion> done_;  // local write completions not yet polled (driver)
+  size_t done_head_ = 0;
+  std::atomic<size_t> pending_done_{0};  // their number, for wait() on other threads
+};
+
+Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportParams& params,
+                                                        std::string job) {
+  const uint32_t capacity = shm_ring_capacity_for(params.config->slots);
+  const std::string name = shm_segment_name(job, params.scope, params.rank, 0);
+  EC_ASSIGN_OR_RETURN(std::unique_ptr<ShmSegment> control,
+                      ShmSegment::create(name, control_bytes(params.size, capacity), params.rank,
+                                         ShmSegmentKind::kControl));
+  auto names = std::make_shared<ShmOwnedNames>();
+  names->add(name);
+  auto* block = reinterpret_cast<ControlBlock*>(control->payload());
+  block->world_size = static_cast<uint32_t>(params.size);
+  block->ring_capacity = capacity;
+  std::construct_at(&block->event);
+  std::construct_at(&block->woken, 0u);
+  for (int s = 0; s < params.size; ++s) {
+    shm_ring::init(control->payload() + ring_offset(s, capacity), capacity);
+  }
+  EC_INFO(kNet, "shm: rank %d of %d: control segment %s, %u-entry rings", params.rank, params.size,
+          name.c_str(), capacity);
+  return std::unique_ptr<Transport>(
+      new ShmTransport(params, std::move(job), std::move(control), std::move(names), capacity));
+}
+
+// EAGERCOMM_JOB_ID, or a random id rank 0 publishes for the others.
+Result<std::string> job_for(const TransportParams& params) {
+  std::string job = shm_sanitize_job_id(params.config->job_id);
+  if (job.empty()) {
+    const std::string key = params.scope + "/shm/job";
+    if (params.rank == 0) {
+      char buf[24];
+      snprintf(buf, sizeof(buf), "r%016llx", static_cast<unsigned long long>(shm_random_u64()));
+      job = buf;
+      EC_RETURN_IF_ERROR(params.store->set(key, to_bytes(job)));
+      EC_INFO(kNet, "shm: EAGERCOMM_JOB_ID is empty; segments use the random job id %s",
+              job.c_str());
+    } else {
+      Result<Bytes> raw = params.store->get(key, params.config->timeout);
+      if (!raw.ok()) {
+        Status s = raw.status();
+        s.prepend("shm: rank " + std::to_string(params.rank) +
+                  " has no EAGERCOMM_JOB_ID and did not get rank 0's: ");
+        return s;
+      }
+      job = to_string(raw.value());
+      if (job.empty() || job != shm_sanitize_job_id(job)) {
+        return make_status(StatusCode::kProtocolError,
+                           "shm: rank 0 published a malformed job id under %s", key.c_str());
+      }
+    }
+  }
+  if (job.size() > kShmMaxJobIdChars) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "shm: EAGERCOMM_JOB_ID has %zu characters; segment names allow at most %zu",
+                       job.size(), kShmMaxJobIdChars);
+  }
+  return job;
+}
+
+}  // namespace
+
+uint32_t shm_ring_capacity_for(uint32_t slots) {
+  const uint64_t need = std::max<uint64_t>(64, uint64_t{4} * slots + 64);
+  uint64_t capacity = shm_ring::kMinCapacity;
+  while (capacity < need && capacity < shm_ring::kMaxCapacity) capacity *= 2;
+  return static_cast<uint32_t>(capacity);
+}
+
+Result<std::unique_ptr<Transport>> create_shm_transport(const TransportParams& params) {
+  if (params.store == nullptr || params.config == nullptr) {
+    return make_status(StatusCode::kInvalidArgument, "shm: a store and a config are required");
+  }
+  if (params.size < 1 || params.size > kMaxRanks || params.rank < 0 || params.rank >= params.size) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "shm: rank %d of world size %d (needs 0 <= rank < size <= %d)", params.rank,
+                       params.size, kMaxRanks);
+  }
+  EC_ASSIGN_OR_RETURN(std::string job, job_for(params));
+  return ShmTransport::create(params, std::move(job));
+}
+
+}  // namespace eagercomm

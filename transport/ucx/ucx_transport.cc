@@ -1,0 +1,1218 @@
+#include "transport/ucx/ucx_transport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/log.h"
+
+namespace eagercomm {
+namespace {
+
+constexpr uint32_t kAddressMagic = 0x41584345;  // "ECXA"
+constexpr uint32_t kKeyMagic = 0x4b584345;      // "ECXK"
+constexpr uint16_t kFormatVersion = 1;
+// Our active message ids. UCP keeps user handlers in an array indexed by id: keep them small.
+constexpr unsigned kNotifyAmId = 17;   // NoteHeader: a notification for poll()
+constexpr unsigned kControlAmId = 18;  // NoteHeader with a Control kind in `tag`
+// The close handshake (see ~UcxTransport): a closing rank sends kBye to every peer; a peer
+// that is not closing answers kByeAck from its next poll(); one that is closing sent its own
+// kBye, which serves as the answer.
+enum Control : uint32_t { kBye = 1, kByeAck = 2 };
+// Threads that may sleep in wait() at the same time with their own wake-up fd; more still work
+// but nap at most kUnarmedNap at a time.
+constexpr int kWaitSlots = 4;
+constexpr auto kUnarmedNap = std::chrono::milliseconds(1);
+// poll() progresses the worker until it is idle or this many passes ran.
+constexpr int kProgressPasses = 4;
+
+// What a notification carries: the active message header.
+struct NoteHeader {
+  int32_t sender;
+  uint32_t tag;
+};
+
+struct AddressHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  int32_t rank;
+  uint32_t worker_bytes;
+  uint64_t instance;  // random per transport: keys must come from the instance we connected to
+  uint64_t host;      // host_identity(): peers on other hosts never share memory with us
+  uint64_t checksum;  // of the worker address, which ucp_ep_create parses without a length
+};
+
+struct KeyHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint8_t kind;
+  uint8_t reserved;
+  int32_t owner;
+  uint32_t rkey_bytes;
+  uint64_t instance;
+  uint64_t base;
+  uint64_t size;
+  uint64_t checksum;  // of the packed rkey, which ucp_ep_rkey_unpack parses without a length
+};
+
+uint64_t fnv1a(const uint8_t* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// Memory ordering between plain stores into mapped peer memory and the notification that
+// publishes them (and between the notification and the loads on the other side). UCX's own
+// send and receive paths fence too; these keep the compiler and weakly ordered CPUs honest on
+// our side of the call. gcc's TSan rejects atomic_thread_fence, and cannot see other
+// processes' accesses anyway.
+inline void fence(std::memory_order order) {
+#if defined(__SANITIZE_THREAD__)
+  (void)order;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+#else
+  std::atomic_thread_fence(order);
+#endif
+}
+
+// Same value for processes that may share memory: same kernel boot and IPC namespace.
+uint64_t host_identity() {
+  std::string id;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::getline(boot, id);
+  char ns[128] = {0};
+  const ssize_t n = readlink("/proc/self/ns/ipc", ns, sizeof(ns) - 1);
+  if (n > 0) id.append(ns, static_cast<size_t>(n));
+  if (id.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    id = host;
+  }
+  return fnv1a(reinterpret_cast<const uint8_t*>(id.data()), id.size());
+}
+
+// True when the context may reach peers through shared memory (or when we cannot tell).
+// UCP has no query for the transports in use, so this reads ucp_context_print_info's resource
+// lines ("#   resource 3  :  md 2  dev 0  flags -- sysv/memory").
+bool context_has_shared_memory(ucp_context_h context) {
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* f = open_memstream(&text, &length);
+  if (f == nullptr) return true;
+  ucp_context_print_info(context, f);
+  fclose(f);
+  std::unique_ptr<char, decltype(&free)> owned(text, &free);
+  std::istringstream lines(std::string(text ? text : "", length));
+  bool any = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("resource") == std::string::npos) continue;
+    const size_t dashes = line.rfind("-- ");
+    if (dashes == std::string::npos) continue;
+    any = true;
+    const std::string tl = line.substr(dashes + 3, line.find('/', dashes) - dashes - 3);
+    if (tl == "posix" || tl == "sysv" || tl == "xpmem" || tl == "cma" || tl == "knem") return true;
+  }
+  return !any;
+}
+
+// The single place that maps eagercomm memory kinds to UCX memory types (issue #6 adds CUDA).
+Result<ucs_memory_type_t> memory_type_of(MemoryKind kind) {
+  if (kind == MemoryKind::kHost) return UCS_MEMORY_TYPE_HOST;
+  return make_status(StatusCode::kNotSupported,
+                     "ucx: memory kind %s is not supported by this build (host only; device "
+                     "memory needs the CUDA memory-type support of issue #6)",
+                     std::string(memory_kind_name(kind)).c_str());
+}
+
+StatusCode code_of(ucs_status_t s) {
+  switch (s) {
+    case UCS_ERR_NO_MEMORY:
+    case UCS_ERR_EXCEEDS_LIMIT:
+      return StatusCode::kNoMemory;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+      return StatusCode::kPeerFailed;
+    case UCS_ERR_NO_DEVICE:
+    case UCS_ERR_NO_ELEM:
+      return StatusCode::kUnavailable;
+    case UCS_ERR_UNSUPPORTED:
+      return StatusCode::kNotSupported;
+    case UCS_ERR_INVALID_PARAM:
+      return StatusCode::kInvalidArgument;
+    case UCS_ERR_NO_RESOURCE:
+      return StatusCode::kBusy;
+    default:
+      return StatusCode::kIoError;
+  }
+}
+
+// Logs a UCX failure where it is first seen and builds the Status callers propagate.
+Status ucx_failure(ucs_status_t s, const std::string& what) {
+  EC_ERROR(kNet, "ucx: %s: %s", what.c_str(), ucs_status_string(s));
+  return make_status(code_of(s), "ucx: %s: %s", what.c_str(), ucs_status_string(s));
+}
+
+std::string tls_hint() {
+  const char* tls = getenv("UCX_TLS");
+  return std::string("UCX_TLS=") + (tls ? tls : "(unset)");
+}
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.fd_;
+      o.fd_ = -1;
+    }
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  void reset() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// The UCP context and worker. Shared by the transport, its regions and imported remotes:
+// ucp_mem_unmap needs the context and ucp_rkey_destroy returns the key to the worker's pool,
+// so both live until the last of them is gone.
+struct UcxCore {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  // Memory UCX may still read after the transport released the requests using it (AM headers
+  // of operations abandoned at a timed-out close); freed after the worker.
+  std::vector<std::shared_ptr<void>> orphans;
+  UcxCore() = default;
+  UcxCore(const UcxCore&) = delete;
+  UcxCore& operator=(const UcxCore&) = delete;
+  ~UcxCore() {
+    if (worker) ucp_worker_destroy(worker);
+    if (context) ucp_cleanup(context);
+  }
+};
+
+class UcxRegion final : public MemoryRegion {
+ public:
+  UcxRegion(std::shared_ptr<UcxCore> core, ucp_mem_h memh, void* data, size_t size, MemoryKind kind)
+      : MemoryRegion(data, size, kind), core_(std::move(core)), memh_(memh) {}
+  ~UcxRegion() override {
+    const ucs_status_t s = ucp_mem_unmap(core_->context, memh_);
+    if (s != UCS_OK)
+      EC_WARN(kMem, "ucx: unmapping a region of %zu bytes failed: %s", size_, ucs_status_string(s));
+  }
+  const UcxCore* core() const { return core_.get(); }
+  ucp_mem_h memh() const { return memh_; }
+  void set_remote_key(std::vector<uint8_t> key) { remote_key_ = std::move(key); }
+
+ private:
+  std::shared_ptr<UcxCore> core_;
+  ucp_mem_h memh_;
+};
+
+class UcxRemote final : public RemoteRegion {
+ public:
+  UcxRemote(std::shared_ptr<UcxCore> core, int peer, size_t size, ucp_rkey_h rkey, uint64_t base,
+            void* mapped)
+      : RemoteRegion(peer, size),
+        core_(std::move(core)),
+        rkey_(rkey),
+        base_(base),
+        mapped_(mapped) {}
+  ~UcxRemote() override { ucp_rkey_destroy(rkey_); }
+  const UcxCore* core() const { return core_.get(); }
+  ucp_rkey_h rkey() const { return rkey_; }
+  uint64_t base() const { return base_; }
+  void* mapped() const { return mapped_; }
+
+ private:
+  std::shared_ptr<UcxCore> core_;
+  ucp_rkey_h rkey_;
+  uint64_t base_;
+  void* mapped_;  // ucp_rkey_ptr's pointer when the peer's memory is mapped here, else nullptr
+};
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(int rank, int size, const UcxTransportOptions& options,
+               std::shared_ptr<UcxCore> core)
+      : Transport(rank, size),
+        core_(std::move(core)),
+        options_(options),
+        peers_(size),
+        op_count_(options.max_outstanding),
+        ops_(std::make_shared<Op[]>(op_count_)) {
+    free_ops_.reserve(op_count_);
+    for (size_t i = op_count_; i-- > 0;) {
+      ops_[i].owner = this;
+      free_ops_.push_back(&ops_[i]);
+    }
+    for (int p = 0; p < size; ++p) {
+      peers_[p].owner = this;
+      peers_[p].rank = p;
+    }
+  }
+
+  ~UcxTransport() override { close(); }
+  void close() override;
+
+  // The rest of the construction, which can fail.
+  Status init();
+
+  std::string_view name() const override { return "ucx"; }
+
+  Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes, MemoryKind kind) override;
+  Result<std::unique_ptr<MemoryRegion>> register_memory(void* data, size_t bytes,
+                                                        MemoryKind kind) override;
+  Result<std::unique_ptr<RemoteRegion>> import_region(int peer,
+                                                      std::span<const uint8_t> key) override;
+  std::vector<uint8_t> local_address() const override { return address_; }
+  Status connect(int peer, std::span<const uint8_t> address) override;
+  Status write(const MemoryRegion& local, size_t local_offset, const RemoteRegion& remote,
+               size_t remote_offset, size_t bytes, uint32_t tag, uint64_t cookie) override;
+  Status notify(int peer, uint32_t tag) override;
+  void* mapped_address(const RemoteRegion& remote) override;
+  size_t poll(std::span<TransportCompletion> out) override;
+  void wait(std::chrono::nanoseconds timeout) override;
+  void wake() override;
+
+ private:
+  struct Peer {
+    UcxTransport* owner = nullptr;  // for the endpoint's error callback
+    int rank = -1;
+    ucp_ep_h ep = nullptr;
+    uint64_t instance = 0;
+    std::vector<uint8_t> address;  // what connect() got, for idempotence
+    bool failed = false;           // lost: kPeerError was queued, sends are refused
+    bool ep_failed = false;        // UCX declared the endpoint unusable: close it with FORCE
+    bool bye_received = false;     // the peer closed its transport: it sends and serves no more
+    bool answered = false;         // during our close: the peer acknowledged our kBye
+    bool handles_failure = false;  // endpoint in UCP_ERR_HANDLING_MODE_PEER
+    int outstanding = 0;           // operations to this peer not complete yet
+  };
+  // A write or notification whose UCX requests are not all complete. The AM header lives here
+  // because UCP reads it until the send completes.
+  struct Op {
+    UcxTransport* owner = nullptr;
+    NoteHeader header{};
+    uint64_t cookie = 0;
+    int peer = -1;
+    int parts = 0;  // UCX requests outstanding (put, AM)
+    void* put_request = nullptr;
+    void* am_request = nullptr;
+  };
+  struct WaitSlot {
+    UniqueFd fd;
+    std::atomic<bool> busy{false};
+  };
+
+  Status check_peer(int peer, const char* what) const;
+  Status send_control(int peer, Control kind);
+  Status check_sendable(int peer, const char* what) const;
+  Result<std::unique_ptr<MemoryRegion>> make_region(ucp_mem_h memh, void* data, size_t bytes,
+                                                    MemoryKind kind);
+  Op* take_op(int peer);
+  void release_part(Op* op);
+  Status send_note(Op* op, ucp_ep_h ep);
+  void push(const TransportCompletion& c);
+  void peer_failed(int peer, ucs_status_t status, const char* what);
+  int claim_wait_slot();
+  void signal_slot(int i);
+
+  static void on_put_done(void* request, ucs_status_t status, void* user_data);
+  static void on_note_sent(void* request, ucs_status_t status, void* user_data);
+  static ucs_status_t on_note(void* arg, const void* header, size_t header_length, void* data,
+                              size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t on_control(void* arg, const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  std::shared_ptr<UcxCore> core_;  // first member: released last
+  const UcxTransportOptions options_;
+  uint64_t instance_ = 0;
+  std::vector<uint8_t> address_;
+  int worker_efd_ = -1;   // owned by the worker
+  bool can_arm_ = false;  // the worker is thread-safe: wait() may arm it from any thread
+  uint64_t host_ = 0;
+  bool shared_memory_ = true;  // the context has shared-memory transports
+  bool closing_ = false;  // close() began: no goodbye answers, losses are expected
+  bool closed_ = false;   // close() ended: nothing is sent or polled any more
+  std::vector<Peer> peers_;    // never resized: endpoints' error callbacks point into it
+  std::vector<int> acks_due_;  // peers whose kBye this rank answers from the next poll()
+
+  // Driver-only state (the engine serializes drivers; UCP runs our callbacks inside the
+  // driver's ucp_worker_progress).
+  const size_t op_count_;
+  std::shared_ptr<Op[]> ops_;  // fixed: requests point into it
+  std::vector<Op*> free_ops_;
+  std::vector<TransportCompletion> queue_;  // completions not yet polled, in arrival order
+  size_t queue_head_ = 0;
+
+  // Shared with wait()/wake() on other threads.
+  std::atomic<size_t> queued_{0};  // queue_.size() - queue_head_
+  std::atomic<bool> woken_{false};
+  std::array<WaitSlot, kWaitSlots> slots_;
+};
+
+Status UcxTransport::init() {
+  std::random_device rd;
+  instance_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+              static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
+  ucs_status_t s = ucp_worker_query(core_->worker, &attr);
+  if (s != UCS_OK) return ucx_failure(s, "querying the worker");
+  can_arm_ = attr.thread_mode == UCS_THREAD_MODE_MULTI;
+  if (!can_arm_) {
+    EC_WARN(kNet,
+            "ucx: rank %d: the worker is not thread-safe (UCX built without multi-thread "
+            "support?): wait() naps %lld ms at a time instead of sleeping on the event fd",
+            rank(), static_cast<long long>(kUnarmedNap.count()));
+  }
+
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                  UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = kNotifyAmId;
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+  hp.cb = &UcxTransport::on_note;
+  hp.arg = this;
+  s = ucp_worker_set_am_recv_handler(core_->worker, &hp);
+  if (s != UCS_OK) return ucx_failure(s, "setting the notification handler");
+  hp.id = kControlAmId;
+  hp.cb = &UcxTransport::on_control;
+  s = ucp_worker_set_am_recv_handler(core_->worker, &hp);
+  if (s != UCS_OK) return ucx_failure(s, "setting the control handler");
+  host_ = host_identity();
+  shared_memory_ = context_has_shared_memory(core_->context);
+
+  s = ucp_worker_get_efd(core_->worker, &worker_efd_);
+  if (s != UCS_OK) return ucx_failure(s, "getting the worker's event fd");
+
+  ucp_address_t* worker_address = nullptr;
+  size_t worker_bytes = 0;
+  s = ucp_worker_get_address(core_->worker, &worker_address, &worker_bytes);
+  if (s != UCS_OK) return ucx_failure(s, "getting the worker address");
+  const auto* wa = reinterpret_cast<const uint8_t*>(worker_address);
+  AddressHeader h{kAddressMagic,
+                  kFormatVersion,
+                  0,
+                  rank(),
+                  static_cast<uint32_t>(worker_bytes),
+                  instance_,
+                  host_,
+                  fnv1a(wa, worker_bytes)};
+  address_.resize(sizeof(h) + worker_bytes);
+  std::memcpy(address_.data(), &h, sizeof(h));
+  std::memcpy(address_.data() + sizeof(h), wa, worker_bytes);
+  ucp_worker_release_address(core_->worker, worker_address);
+
+  for (WaitSlot& slot : slots_) {
+    const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) {
+      EC_ERROR(kNet, "ucx: eventfd for wake-ups failed: %m");
+      return make_status(StatusCode::kIoError, "ucx: eventfd for wake-ups failed: %s",
+                         strerror(errno));
+    }
+    slot.fd = UniqueFd(fd);
+  }
+  queue_.reserve(256);
+  EC_INFO(kNet, "ucx: rank %d of %d: worker ready (address %zu bytes, %s, %zu requests max)",
+          rank(), size(), worker_bytes, tls_hint().c_str(), op_count_);
+  return Status::Ok();
+}
+
+// Closing, bounded by close_timeout in all:
+//  1. The close handshake: kBye to every peer still there, then progress until each answered
+//     (kByeAck, or its own kBye when it is closing too). A peer that got our kBye refuses to
+//     send to us, so nothing it does later runs into a closed endpoint. That matters beyond
+//     tidiness: where UCX emulates puts with messages (TCP), the target answers every put, and
+//     with UCP_ERR_HANDLING_MODE_NONE UCX 1.13 aborts the process when such an answer meets a
+//     closed connection. A peer that was told also treats our connection loss as expected.
+//  2. Endpoints close with a flush: outstanding puts and notifications complete first (their
+//     callbacks still run, into this object); failed endpoints close with FORCE.
+//  3. Whatever is left when time is up is released without callbacks, and the worker, which
+//     regions may keep alive, stops calling into this object.
+void UcxTransport::close() {
+  if (closing_) return;
+  ucp_worker_h worker = core_->worker;
+  closing_ = true;
+  const auto deadline = std::chrono::steady_clock::now() + options_.close_timeout;
+  auto expired = [&] { return std::chrono::steady_clock::now() >= deadline; };
+  auto progress = [&] {
+    if (ucp_worker_progress(worker) == 0) sched_yield();
+  };
+
+  std::vector<int> told;
+  for (Peer& p : peers_) {
+    if (!p.ep || p.failed || p.bye_received) continue;
+    Status s;
+    while ((s = send_control(p.rank, kBye)).code() == StatusCode::kBusy && !expired()) progress();
+    if (s.ok()) told.push_back(p.rank);
+  }
+  auto all_answered = [&] {
+    for (int r : told) {
+      const Peer& p = peers_[r];
+      if (!p.answered && !p.bye_received && !p.failed) return false;
+    }
+    return true;
+  };
+  while (!all_answered() && !expired()) progress();
+  size_t silent = 0;
+  for (int r : told) silent += !peers_[r].answered && !peers_[r].bye_received && !peers_[r].failed;
+
+  std::vector<void*> closing;
+  for (Peer& p : peers_) {
+    if (!p.ep) continue;
+    // A flush close in peer-failure mode waits for the peer's progress. FORCE is allowed in
+    // that mode (both sides use it) and loses nothing once the peer answered our goodbye with
+    // nothing of ours in flight: it had served everything we sent before.
+    const bool settled = (p.answered || p.bye_received) && p.outstanding == 0;
+    ucp_request_param_t param{};
+    if (p.ep_failed || (p.handles_failure && settled)) {
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    }
+    ucs_status_ptr_t r = ucp_ep_close_nbx(p.ep, &param);
+    if (UCS_PTR_IS_ERR(r)) {
+      EC_DEBUG(kNet, "ucx: rank %d: closing the endpoint to rank %d: %s", rank(), p.rank,
+               ucs_status_string(UCS_PTR_STATUS(r)));
+    } else if (r != nullptr) {
+      closing.push_back(r);
+    }
+    p.ep = nullptr;
+  }
+  for (;;) {
+    closing.erase(std::remove_if(closing.begin(), closing.end(),
+                                 [](void* r) {
+                                   if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+                                   ucp_request_free(r);
+                                   return true;
+                                 }),
+                  closing.end());
+    if (closing.empty() && free_ops_.size() == op_count_) break;
+    if (expired()) break;
+    progress();
+  }
+  if (silent > 0 || !closing.empty() || free_ops_.size() != op_count_) {
+    EC_WARN(kNet,
+            "ucx: rank %d: closing took longer than %lld ms (%zu peers did not answer, %zu "
+            "endpoints and %zu operations unfinished); releasing them",
+            rank(), static_cast<long long>(options_.close_timeout.count()), silent, closing.size(),
+            op_count_ - free_ops_.size());
+  }
+  // No callback may run into this object any more.
+  for (void* r : closing) ucp_request_free(r);
+  bool abandoned = false;
+  for (size_t i = 0; i < op_count_; ++i) {
+    Op& op = ops_[i];
+    if (op.put_request) ucp_request_free(op.put_request);
+    if (op.am_request) ucp_request_free(op.am_request);
+    abandoned |= op.put_request != nullptr || op.am_request != nullptr;
+    op.put_request = op.am_request = nullptr;
+  }
+  if (abandoned) core_->orphans.push_back(ops_);
+  for (unsigned id : {kNotifyAmId, kControlAmId}) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = id;
+    hp.cb = nullptr;
+    hp.arg = nullptr;
+    (void)ucp_worker_set_am_recv_handler(worker, &hp);
+  }
+  closed_ = true;
+}
+
+Status UcxTransport::check_peer(int peer, const char* what) const {
+  if (peer >= 0 && peer < size()) return Status::Ok();
+  return make_status(StatusCode::kInvalidArgument, "ucx: %s: peer rank %d out of range [0, %d)",
+                     what, peer, size());
+}
+
+Status UcxTransport::check_sendable(int peer, const char* what) const {
+  EC_RETURN_IF_ERROR(check_peer(peer, what));
+  const Peer& p = peers_[peer];
+  if (closed_) {
+    return make_status(StatusCode::kAborted, "ucx: %s: this transport was closed", what);
+  }
+  if (!p.ep) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "ucx: %s: rank %d is not connected (connect() it first)", what, peer);
+  }
+  if (p.bye_received) {
+    return make_status(StatusCode::kPeerFailed, "ucx: %s: rank %d has closed its transport", what,
+                       peer);
+  }
+  if (p.failed) {
+    return make_status(StatusCode::kPeerFailed, "ucx: %s: the connection to rank %d failed", what,
+                       peer);
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<MemoryRegion>> UcxTransport::make_region(ucp_mem_h memh, void* data,
+                                                                size_t bytes, MemoryKind kind) {
+  // The region owns memh from here on: an error below unmaps it.
+  auto region = std::make_unique<UcxRegion>(core_, memh, data, bytes, kind);
+  void* packed = nullptr;
+  size_t packed_bytes = 0;
+  const ucs_status_t s = ucp_rkey_pack(core_->context, memh, &packed, &packed_bytes);
+  if (s != UCS_OK) return ucx_failure(s, "packing the remote key of a region");
+  const auto* pk = static_cast<const uint8_t*>(packed);
+  KeyHeader h{kKeyMagic,
+              kFormatVersion,
+              static_cast<uint8_t>(kind),
+              0,
+              rank(),
+              static_cast<uint32_t>(packed_bytes),
+              instance_,
+              reinterpret_cast<uint64_t>(data),
+              bytes,
+              fnv1a(pk, packed_bytes)};
+  std::vector<uint8_t> key(sizeof(h) + packed_bytes);
+  std::memcpy(key.data(), &h, sizeof(h));
+  std::memcpy(key.data() + sizeof(h), pk, packed_bytes);
+  ucp_rkey_buffer_release(packed);
+  region->set_remote_key(std::move(key));
+  return std::unique_ptr<MemoryRegion>(std::move(region));
+}
+
+Result<std::unique_ptr<MemoryRegion>> UcxTransport::allocate(size_t bytes, MemoryKind kind) {
+  EC_ASSIGN_OR_RETURN(const ucs_memory_type_t type, memory_type_of(kind));
+  if (bytes == 0) {
+    return make_status(StatusCode::kInvalidArgument, "ucx: allocate: 0 bytes requested");
+  }
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
+                  UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  mp.length = bytes;
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
+  mp.memory_type = type;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t s = ucp_mem_map(core_->context, &mp, &memh);
+  if (s != UCS_OK) {
+    return ucx_failure(s, "allocating " + std::to_string(bytes) + " bytes of mapped memory");
+  }
+  ucp_mem_attr_t ma{};
+  ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  s = ucp_mem_query(memh, &ma);
+  if (s != UCS_OK || ma.address == nullptr || ma.length < bytes) {
+    (void)ucp_mem_unmap(core_->context, memh);
+    return ucx_failure(s != UCS_OK ? s : UCS_ERR_NO_MEMORY, "querying allocated memory");
+  }
+  // UCX may take it from a heap or a recycled segment; the contract says zero-filled.
+  std::memset(ma.address, 0, bytes);
+  return make_region(memh, ma.address, bytes, kind);
+}
+
+Result<std::unique_ptr<MemoryRegion>> UcxTransport::register_memory(void* data, size_t bytes,
+                                                                    MemoryKind kind) {
+  EC_ASSIGN_OR_RETURN(const ucs_memory_type_t type, memory_type_of(kind));
+  if (data == nullptr || bytes == 0) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "ucx: register_memory: %s (pointer %p, %zu bytes)",
+                       data == nullptr ? "null pointer" : "empty range", data, bytes);
+  }
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  mp.address = data;
+  mp.length = bytes;
+  mp.memory_type = type;
+  ucp_mem_h memh = nullptr;
+  const ucs_status_t s = ucp_mem_map(core_->context, &mp, &memh);
+  if (s != UCS_OK) return ucx_failure(s, "registering " + std::to_string(bytes) + " bytes");
+  return make_region(memh, data, bytes, kind);
+}
+
+Result<std::unique_ptr<RemoteRegion>> UcxTransport::import_region(int peer,
+                                                                  std::span<const uint8_t> key) {
+  EC_RETURN_IF_ERROR(check_peer(peer, "import_region"));
+  const Peer& p = peers_[peer];
+  if (!p.ep) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "ucx: import_region: rank %d is not connected (connect() it first)", peer);
+  }
+  KeyHeader h;
+  if (key.size() < sizeof(h)) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: remote key from rank %d has %zu bytes, less than its %zu-byte header",
+                       peer, key.size(), sizeof(h));
+  }
+  std::memcpy(&h, key.data(), sizeof(h));
+  if (h.magic != kKeyMagic || h.version != kFormatVersion) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: remote key from rank %d is not a ucx key of format %u (magic 0x%08x, "
+                       "version %u)",
+                       peer, kFormatVersion, h.magic, h.version);
+  }
+  if (h.owner != peer) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: remote key of rank %d's memory was given as rank %d's", h.owner, peer);
+  }
+  if (h.instance != p.instance) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: remote key from rank %d was made by another transport instance than "
+                       "the one this rank connected to (a stale key?)",
+                       peer);
+  }
+  if (h.rkey_bytes != key.size() - sizeof(h) ||
+      h.checksum != fnv1a(key.data() + sizeof(h), key.size() - sizeof(h))) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: remote key from rank %d is truncated or corrupt (%zu rkey bytes, "
+                       "header says %u)",
+                       peer, key.size() - sizeof(h), h.rkey_bytes);
+  }
+  if (h.size == 0 || h.base + h.size < h.base) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: remote key from rank %d describes an invalid range (%zu bytes at "
+                       "0x%llx)",
+                       peer, static_cast<size_t>(h.size), static_cast<unsigned long long>(h.base));
+  }
+  if (h.kind > static_cast<uint8_t>(MemoryKind::kCuda)) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: remote key from rank %d has unknown memory kind %u", peer, h.kind);
+  }
+  EC_RETURN_IF_ERROR(memory_type_of(static_cast<MemoryKind>(h.kind)).status());
+  ucp_rkey_h rkey = nullptr;
+  const ucs_status_t s = ucp_ep_rkey_unpack(p.ep, key.data() + sizeof(h), &rkey);
+  if (s != UCS_OK) {
+    return ucx_failure(s, "unpacking the remote key from rank " + std::to_string(peer));
+  }
+  void* mapped = nullptr;
+  if (ucp_rkey_ptr(rkey, h.base, &mapped) != UCS_OK) mapped = nullptr;
+  EC_DEBUG(kNet, "ucx: rank %d imported %zu bytes of rank %d (%s)", rank(),
+           static_cast<size_t>(h.size), peer, mapped ? "mapped here" : "reached by puts");
+  return std::unique_ptr<RemoteRegion>(
+      std::make_unique<UcxRemote>(core_, peer, h.size, rkey, h.base, mapped));
+}
+
+Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
+  EC_RETURN_IF_ERROR(check_peer(peer, "connect"));
+  AddressHeader h;
+  if (address.size() < sizeof(h)) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: address of rank %d has %zu bytes, less than its %zu-byte header", peer,
+                       address.size(), sizeof(h));
+  }
+  std::memcpy(&h, address.data(), sizeof(h));
+  if (h.magic != kAddressMagic || h.version != kFormatVersion) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: address of rank %d is not a ucx address of format %u (magic 0x%08x, "
+                       "version %u); do all ranks use the ucx transport?",
+                       peer, kFormatVersion, h.magic, h.version);
+  }
+  if (h.rank != peer) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: the address of rank %d was given as rank %d's", h.rank, peer);
+  }
+  const uint8_t* worker_address = address.data() + sizeof(h);
+  if (h.worker_bytes != address.size() - sizeof(h) ||
+      h.checksum != fnv1a(worker_address, address.size() - sizeof(h))) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: address of rank %d is truncated or corrupt (%zu worker address bytes, "
+                       "header says %u)",
+                       peer, address.size() - sizeof(h), h.worker_bytes);
+  }
+  Peer& p = peers_[peer];
+  if (p.ep) {
+    if (std::equal(address.begin(), address.end(), p.address.begin(), p.address.end())) {
+      return Status::Ok();
+    }
+    return make_status(StatusCode::kInvalidArgument,
+                       "ucx: connect: rank %d is already connected with a different address", peer);
+  }
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(worker_address);
+  // Peer-failure handling wherever shared memory cannot be used: UCX 1.13's shared-memory
+  // transports do not support it, so asking for it on one host would silently move the pair
+  // to TCP. Both sides of a pair compute the same answer from the same facts.
+  const bool same_host = h.host == host_;
+  ep.err_mode =
+      same_host && shared_memory_ ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &UcxTransport::on_ep_error;
+  ep.err_handler.arg = &p;
+  const ucs_status_t s = ucp_ep_create(core_->worker, &ep, &p.ep);
+  if (s != UCS_OK) {
+    p.ep = nullptr;
+    return ucx_failure(s, "rank " + std::to_string(rank()) + " cannot reach rank " +
+                              std::to_string(peer) + " (" + tls_hint() + ")");
+  }
+  p.instance = h.instance;
+  p.address.assign(address.begin(), address.end());
+  p.handles_failure = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
+  EC_DEBUG(kNet, "ucx: rank %d connecting to rank %d (%s host, peer failures %s)", rank(), peer,
+           same_host ? "same" : "another",
+           ep.err_mode == UCP_ERR_HANDLING_MODE_PEER ? "handled" : "not handled");
+  return Status::Ok();
+}
+
+UcxTransport::Op* UcxTransport::take_op(int peer) {
+  if (free_ops_.empty()) return nullptr;
+  Op* op = free_ops_.back();
+  free_ops_.pop_back();
+  op->peer = peer;
+  ++peers_[peer].outstanding;
+  return op;
+}
+
+void UcxTransport::release_part(Op* op) {
+  if (--op->parts > 0) return;
+  --peers_[op->peer].outstanding;
+  free_ops_.push_back(op);
+}
+
+void UcxTransport::push(const TransportCompletion& c) {
+  queue_.push_back(c);
+  queued_.fetch_add(1, std::memory_order_release);
+}
+
+void UcxTransport::peer_failed(int peer, ucs_status_t status, const char* what) {
+  Peer& p = peers_[peer];
+  if (p.failed) return;
+  p.failed = true;
+  EC_ERROR(kNet, "ucx: rank %d: %s to rank %d failed: %s; the peer is treated as lost", rank(),
+           what, peer, ucs_status_string(status));
+  push(TransportCompletion{TransportCompletion::Kind::kPeerError, peer, 0, 0});
+}
+
+void UcxTransport::on_put_done(void* request, ucs_status_t status, void* user_data) {
+  Op* op = static_cast<Op*>(user_data);
+  UcxTransport* self = op->owner;
+  ucp_request_free(request);
+  op->put_request = nullptr;
+  if (status != UCS_OK) self->peer_failed(op->peer, status, "a put");
+  // Failed or not, UCX is done with the source.
+  self->push(TransportCompletion{TransportCompletion::Kind::kWriteDone, op->peer, op->header.tag,
+                                 op->cookie});
+  self->release_part(op);
+}
+
+void UcxTransport::on_note_sent(void* request, ucs_status_t status, void* user_data) {
+  Op* op = static_cast<Op*>(user_data);
+  UcxTransport* self = op->owner;
+  ucp_request_free(request);
+  op->am_request = nullptr;
+  if (status != UCS_OK) self->peer_failed(op->peer, status, "a notification");
+  self->release_part(op);
+}
+
+// Runs inside the driver's ucp_worker_progress(), in arrival order.
+ucs_status_t UcxTransport::on_note(void* arg, const void* header, size_t header_length, void* data,
+                                   size_t length, const ucp_am_recv_param_t* param) {
+  (void)data;
+  (void)param;
+  auto* self = static_cast<UcxTransport*>(arg);
+  if (self == nullptr) return UCS_OK;  // after teardown
+  NoteHeader h;
+  if (header_length != sizeof(h) || length != 0) {
+    EC_ERROR(kNet,
+             "ucx: rank %d: dropped a malformed notification (%zu header bytes, %zu data "
+             "bytes)",
+             self->rank(), header_length, length);
+    return UCS_OK;
+  }
+  std::memcpy(&h, header, sizeof(h));
+  if (h.sender < 0 || h.sender >= self->size()) {
+    EC_ERROR(kNet, "ucx: rank %d: dropped a notification from unknown rank %d", self->rank(),
+             h.sender);
+    return UCS_OK;
+  }
+  self->push(TransportCompletion{TransportCompletion::Kind::kNotify, h.sender, h.tag, 0});
+  return UCS_OK;
+}
+
+// Runs inside the driver's ucp_worker_progress() (or our destructor's).
+ucs_status_t UcxTransport::on_control(void* arg, const void* header, size_t header_length,
+                                      void* data, size_t length, const ucp_am_recv_param_t* param) {
+  (void)data;
+  (void)param;
+  auto* self = static_cast<UcxTransport*>(arg);
+  if (self == nullptr) return UCS_OK;
+  NoteHeader h;
+  if (header_length != sizeof(h) || length != 0) return UCS_OK;
+  std::memcpy(&h, header, sizeof(h));
+  if (h.sender < 0 || h.sender >= self->size()) return UCS_OK;
+  Peer& p = self->peers_[h.sender];
+  if (h.tag == kBye) {
+    EC_DEBUG(kNet, "ucx: rank %d: rank %d closed its transport", self->rank(), h.sender);
+    p.bye_received = true;
+    if (!self->closing_) self->acks_due_.push_back(h.sender);
+  } else if (h.tag == kByeAck) {
+    p.answered = true;
+  }
+  return UCS_OK;
+}
+
+// UCX lost the endpoint (peer-failure mode only). Expected after the peer said goodbye or
+// while we close; anything else is a lost peer.
+void UcxTransport::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  (void)ep;
+  Peer* p = static_cast<Peer*>(arg);
+  UcxTransport* self = p->owner;
+  p->ep_failed = true;
+  if (p->bye_received || self->closing_) {
+    EC_DEBUG(kNet, "ucx: rank %d: connection to rank %d ended: %s", self->rank(), p->rank,
+             ucs_status_string(status));
+    return;
+  }
+  self->peer_failed(p->rank, status, "the connection");
+}
+
+Status UcxTransport::send_control(int peer, Control kind) {
+  Op* op = take_op(peer);
+  if (op == nullptr) return Status(StatusCode::kBusy, {});
+  op->header = NoteHeader{rank(), kind};
+  op->cookie = 0;
+  op->parts = 1;
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  param.cb.send = &UcxTransport::on_note_sent;
+  param.user_data = op;
+  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[peer].ep, kControlAmId, &op->header,
+                                       sizeof(op->header), nullptr, 0, &param);
+  Status result;
+  if (UCS_PTR_IS_ERR(r)) {
+    result = make_status(code_of(UCS_PTR_STATUS(r)), "ucx: control message to rank %d: %s", peer,
+                         ucs_status_string(UCS_PTR_STATUS(r)));
+  } else if (r != nullptr) {
+    op->am_request = r;
+    ++op->parts;
+  }
+  release_part(op);
+  return result;
+}
+
+Status UcxTransport::send_note(Op* op, ucp_ep_h ep) {
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  param.cb.send = &UcxTransport::on_note_sent;
+  param.user_data = op;
+  ++op->parts;
+  ucs_status_ptr_t r =
+      ucp_am_send_nbx(ep, kNotifyAmId, &op->header, sizeof(op->header), nullptr, 0, &param);
+  if (r == nullptr) {
+    release_part(op);
+    return Status::Ok();
+  }
+  if (UCS_PTR_IS_ERR(r)) {
+    const ucs_status_t s = UCS_PTR_STATUS(r);
+    release_part(op);
+    peer_failed(op->peer, s, "a notification");
+    return make_status(code_of(s), "ucx: notification to rank %d failed: %s", op->peer,
+                       ucs_status_string(s));
+  }
+  op->am_request = r;
+  return Status::Ok();
+}
+
+Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
+                           const RemoteRegion& remote, size_t remote_offset, size_t bytes,
+                           uint32_t tag, uint64_t cookie) {
+  const auto* src = dynamic_cast<const UcxRegion*>(&local);
+  if (src == nullptr || src->core() != core_.get()) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "ucx: write: the local region was not made by this ucx transport");
+  }
+  const auto* dst = dynamic_cast<const UcxRemote*>(&remote);
+  if (dst == nullptr || dst->core() != core_.get()) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "ucx: write: the remote region was not imported by this ucx transport");
+  }
+  if (local_offset > local.size() || bytes > local.size() - local_offset ||
+      remote_offset > remote.size() || bytes > remote.size() - remote_offset) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "ucx: write of %zu bytes out of bounds (local %zu+%zu of %zu, remote "
+                       "%zu+%zu of %zu)",
+                       bytes, local_offset, bytes, local.size(), remote_offset, bytes,
+                       remote.size());
+  }
+  const int peer = remote.peer();
+  EC_RETURN_IF_ERROR(check_sendable(peer, "write"));
+  Op* op = take_op(peer);
+  if (op == nullptr) return Status(StatusCode::kBusy, {});
+  op->header = NoteHeader{rank(), tag};
+  op->cookie = cookie;
+  op->parts = 1;  // held by this call until the notification is issued
+  ucp_ep_h ep = peers_[peer].ep;
+  if (bytes > 0) {
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    param.cb.send = &UcxTransport::on_put_done;
+    param.user_data = op;
+    param.memh = src->memh();
+    ucs_status_ptr_t r = ucp_put_nbx(ep, static_cast<const uint8_t*>(local.data()) + local_offset,
+                                     bytes, dst->base() + remote_offset, dst->rkey(), &param);
+    if (UCS_PTR_IS_ERR(r)) {
+      const ucs_status_t s = UCS_PTR_STATUS(r);
+      release_part(op);
+      if (s == UCS_ERR_NO_RESOURCE) return Status(StatusCode::kBusy, {});
+      peer_failed(peer, s, "a put");
+      return make_status(code_of(s), "ucx: put of %zu bytes to rank %d failed: %s", bytes, peer,
+                         ucs_status_string(s));
+    }
+    if (r == nullptr) {
+      push(TransportCompletion{TransportCompletion::Kind::kWriteDone, peer, tag, cookie});
+    } else {
+      op->put_request = r;
+      ++op->parts;
+    }
+  } else {
+    push(TransportCompletion{TransportCompletion::Kind::kWriteDone, peer, tag, cookie});
+  }
+  // The put must be complete at the target before the notification is processed there.
+  const ucs_status_t f = ucp_worker_fence(core_->worker);
+  if (f != UCS_OK) {
+    release_part(op);
+    return ucx_failure(f, "fence after a put to rank " + std::to_string(peer));
+  }
+  Status s = send_note(op, ep);
+  release_part(op);
+  return s;
+}
+
+Status UcxTransport::notify(int peer, uint32_t tag) {
+  EC_RETURN_IF_ERROR(check_sendable(peer, "notify"));
+  Op* op = take_op(peer);
+  if (op == nullptr) return Status(StatusCode::kBusy, {});
+  op->header = NoteHeader{rank(), tag};
+  op->cookie = 0;
+  op->parts = 1;
+  // Publishes stores made through mapped_address() before the notification leaves.
+  fence(std::memory_order_release);
+  Status s = send_note(op, peers_[peer].ep);
+  release_part(op);
+  return s;
+}
+
+void* UcxTransport::mapped_address(const RemoteRegion& remote) {
+  const auto* r = dynamic_cast<const UcxRemote*>(&remote);
+  if (r == nullptr || r->core() != core_.get()) return nullptr;
+  return r->mapped();
+}
+
+size_t UcxTransport::poll(std::span<TransportCompletion> out) {
+  if (closed_) return 0;
+  for (int pass = 0; pass < kProgressPasses; ++pass) {
+    if (ucp_worker_progress(core_->worker) == 0) break;
+    if (queue_.size() - queue_head_ >= out.size()) break;
+  }
+  // Answer goodbyes here, not in the AM handler (no sends from inside progress).
+  while (!acks_due_.empty()) {
+    const int peer = acks_due_.back();
+    const Peer& p = peers_[peer];
+    if (p.ep && !p.ep_failed && send_control(peer, kByeAck).code() == StatusCode::kBusy) break;
+    acks_due_.pop_back();
+  }
+  // Pairs with the sender's release fence in notify(): data stored through mapped memory
+  // before a notification is visible once the notification is.
+  fence(std::memory_order_acquire);
+  size_t n = 0;
+  while (n < out.size() && queue_head_ < queue_.size()) out[n++] = queue_[queue_head_++];
+  if (queue_head_ == queue_.size()) {
+    queue_.clear();
+    queue_head_ = 0;
+  }
+  if (n > 0) queued_.fetch_sub(n, std::memory_order_relaxed);
+  return n;
+}
+
+int UcxTransport::claim_wait_slot() {
+  for (int i = 0; i < kWaitSlots; ++i) {
+    bool expected = false;
+    if (!slots_[i].busy.load(std::memory_order_relaxed) &&
+        slots_[i].busy.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+void UcxTransport::signal_slot(int i) {
+  const uint64_t one = 1;
+  // EAGAIN only when the counter is saturated: the slot is signalled anyway.
+  if (::write(slots_[i].fd.get(), &one, sizeof(one)) < 0 && errno != EAGAIN) {
+    EC_WARN(kNet, "ucx: signalling a waiter failed: %m");
+  }
+}
+
+// Sleeping without losing wake-ups, while another thread may be driving:
+//
+//  - wake() sets woken_ and then signals the eventfd of every claimed wait slot; wait() claims
+//    a slot, drains its eventfd and then tests woken_. Both sides are seq_cst, so either wait()
+//    sees woken_ or wake() sees the slot and signals it (a Dekker pair); nothing drains a
+//    claimed slot but its owner, so concurrent waiters cannot steal each other's wake-ups
+//    (one shared eventfd could: a second waiter re-checks readiness after the first drained).
+//  - Network events: UCP's event fd only fires after ucp_worker_arm(), which returns BUSY when
+//    events are pending. The worker runs in UCS_THREAD_MODE_MULTI, so arming from this thread
+//    is serialized by UCX with the driver's ucp_worker_progress(). After arming we re-check
+//    our completion queue: a driver's progress that finished before the arm has queued what
+//    it found; one that starts after it runs on events that arrive after the arm, which
+//    signal the fd (spurious wake-ups, allowed by the contract).
+//  - Arming drains transport signals (shared memory's socket) that another sleeping thread
+//    may also be polling; a waiter whose arm says BUSY therefore signals the other waiters,
+//    so that a sleeping driver still learns that there is work.
+//  - woken_ is consumed only on entry (like inproc): a wake() while threads sleep makes them
+//    return and also makes the next wait() return, which is a spurious return, never a lost
+//    one.
+void UcxTransport::wait(std::chrono::nanoseconds timeout) {
+  if (woken_.exchange(false, std::memory_order_acq_rel)) return;
+  if (timeout == std::chrono::nanoseconds::zero()) return;  // zero only polls: nothing to do
+  const int slot = claim_wait_slot();
+  if (slot >= 0) {
+    uint64_t drained;
+    while (::read(slots_[slot].fd.get(), &drained, sizeof(drained)) > 0) {
+    }
+  }
+  auto done = [&] {
+    if (slot >= 0) slots_[slot].busy.store(false, std::memory_order_seq_cst);
+  };
+  if (woken_.exchange(false, std::memory_order_seq_cst) ||
+      queued_.load(std::memory_order_acquire) > 0) {
+    return done();
+  }
+  bool armed = false;
+  if (can_arm_) {
+    const ucs_status_t s = ucp_worker_arm(core_->worker);
+    if (s == UCS_ERR_BUSY) {
+      for (int i = 0; i < kWaitSlots; ++i) {
+        if (i != slot && slots_[i].busy.load(std::memory_order_seq_cst)) signal_slot(i);
+      }
+      return done();
+    }
+    if (s == UCS_OK) {
+      armed = true;
+    } else {
+      EC_WARN(kNet, "ucx: rank %d: arming the worker failed: %s", rank(), ucs_status_string(s));
+    }
+    if (queued_.load(std::memory_order_acquire) > 0) return done();
+  }
+  // Without an armed worker or an own slot, nap briefly instead of sleeping for the timeout.
+  const bool forever =
+      timeout < std::chrono::nanoseconds::zero() || timeout == std::chrono::nanoseconds::max();
+  std::chrono::nanoseconds limit = timeout;
+  if (!armed || slot < 0) {
+    limit = forever ? std::chrono::nanoseconds(kUnarmedNap)
+                    : std::min<std::chrono::nanoseconds>(timeout, kUnarmedNap);
+  }
+  struct pollfd fds[2];
+  nfds_t n = 0;
+  if (armed) fds[n++] = {worker_efd_, POLLIN, 0};
+  if (slot >= 0) fds[n++] = {slots_[slot].fd.get(), POLLIN, 0};
+  const bool infinite = forever && armed && slot >= 0;
+  struct timespec ts;
+  if (!infinite) {
+    const auto secs = std::chrono::duration_cast<std::chrono::seconds>(limit);
+    ts.tv_sec = static_cast<time_t>(secs.count());
+    ts.tv_nsec = static_cast<long>((limit - secs).count());
+  }
+  if (::ppoll(fds, n, infinite ? nullptr : &ts, nullptr) < 0 && errno != EINTR) {
+    EC_WARN(kNet, "ucx: rank %d: ppoll in wait() failed: %m", rank());
+  }
+  done();
+}
+
+void UcxTransport::wake() {
+  woken_.store(true, std::memory_order_seq_cst);
+  for (int i = 0; i < kWaitSlots; ++i) {
+    if (slots_[i].busy.load(std::memory_order_seq_cst)) signal_slot(i);
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& params) {
+  return create_ucx_transport(params, UcxTransportOptions{});
+}
+
+Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& params,
+                                                        const UcxTransportOptions& options) {
+  if (params.size < 1 || params.rank < 0 || params.rank >= params.size) {
+    return make_status(StatusCode::kInvalidArgument, "ucx: rank %d is not in a world of size %d",
+                       params.rank, params.size);
+  }
+  UcxTransportOptions opts = options;
+  if (opts.max_outstanding == 0) {
+    const size_t slots = params.config ? params.config->slots : Config{}.slots;
+    opts.max_outstanding =
+        std::max<size_t>(1024, 4 * static_cast<size_t>(params.size) * slots + 256);
+  }
+
+  auto core = std::make_shared<UcxCore>();
+  ucp_config_t* ucx_config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &ucx_config);
+  if (s != UCS_OK) {
+    EC_ERROR(kNet, "ucx: reading the UCX_* configuration failed: %s", ucs_status_string(s));
+    return make_status(StatusCode::kUnavailable, "ucx: reading the UCX_* configuration failed: %s",
+                       ucs_status_string(s));
+  }
+  ucp_params_t up{};
+  up.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                  UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_NAME;
+  up.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  // Regions may be mapped and unmapped from other threads than the driver.
+  up.mt_workers_shared = 1;
+  up.estimated_num_eps = static_cast<size_t>(params.size);
+  up.name = "eagercomm";
+  s = ucp_init(&up, ucx_config, &core->context);
+  ucp_config_release(ucx_config);
+  if (s != UCS_OK) {
+    core->context = nullptr;
+    EC_ERROR(kNet, "ucx: rank %d: ucp_init failed: %s (%s)", params.rank, ucs_status_string(s),
+             tls_hint().c_str());
+    return make_status(StatusCode::kUnavailable, "ucx: ucp_init failed: %s (%s)",
+                       ucs_status_string(s), tls_hint().c_str());
+  }
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // MULTI: wait() arms the worker from threads that are not driving (see wait()).
+  wp.thread_mode = UCS_THREAD_MODE_MULTI;
+  s = ucp_worker_create(core->context, &wp, &core->worker);
+  if (s != UCS_OK) {
+    core->worker = nullptr;
+    return ucx_failure(s, "creating the worker");
+  }
+  auto transport = std::make_unique<UcxTransport>(params.rank, params.size, opts, std::move(core));
+  EC_RETURN_IF_ERROR(transport->init());
+  return std::unique_ptr<Transport>(std::move(transport));
+}
+
+}  // namespace eagercomm
