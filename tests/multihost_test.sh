@@ -64,25 +64,49 @@ done
 
 port=$((20000 + $$ % 20000))
 echo "multihost_test: 3 hosts 198.18.0.1-3 (netns ${hosts[*]}), store 198.18.0.1:$((port + 1)), ucx over tcp"
-for i in 0 1 2; do
-  # unshare --ipc: a host of its own for POSIX shared memory too (and for transport "auto").
-  ip netns exec "${hosts[$i]}" unshare --ipc env RANK=$i WORLD_SIZE=3 LOCAL_RANK=0 \
-    LOCAL_WORLD_SIZE=1 MASTER_ADDR=198.18.0.1 MASTER_PORT=$port EAGERCOMM_TRANSPORT=ucx \
-    UCX_TLS=tcp UCX_NET_DEVICES=eth0 EAGERCOMM_TIMEOUT=${EAGERCOMM_TIMEOUT:-60s} \
-    "${program[@]}" >"$tmp/out-$i" 2>&1 &
-  pids+=($!)
-done
+# Runs "$@" as ranks 0-2, one per host; exit codes in codes[].
+codes=()
+run_job() {
+  local i
+  pids=()
+  port=$((port + 2))
+  for i in 0 1 2; do
+    # unshare --ipc: a host of its own for POSIX shared memory too (and for transport "auto").
+    ip netns exec "${hosts[$i]}" unshare --ipc env RANK=$i WORLD_SIZE=3 LOCAL_RANK=0 \
+      LOCAL_WORLD_SIZE=1 MASTER_ADDR=198.18.0.1 MASTER_PORT=$port EAGERCOMM_TRANSPORT=ucx \
+      UCX_TLS=tcp UCX_NET_DEVICES=eth0 EAGERCOMM_TIMEOUT=${EAGERCOMM_TIMEOUT:-60s} \
+      "$@" >"$tmp/out-$i" 2>&1 &
+    pids+=($!)
+  done
+  codes=()
+  for i in 0 1 2; do
+    wait "${pids[$i]}" 2>/dev/null
+    codes+=($?)
+  done
+  pids=()
+}
+
+run_job "${program[@]}"
 status=0
 for i in 0 1 2; do
-  if ! wait "${pids[$i]}"; then
+  if [ "${codes[$i]}" -ne 0 ]; then
     status=1
-    echo "--- rank $i failed:"
+    echo "--- rank $i failed (exit ${codes[$i]}):"
     tail -n 40 "$tmp/out-$i"
   fi
 done
-pids=()
-if ((status)); then
-  fail "the multi-host job failed"
-fi
+((status)) && fail "the multi-host job failed"
 tail -n 3 "$tmp/out-0"
+
+# With the default program: a host's rank dies by SIGKILL mid-allreduce; the other hosts must
+# name it (over TCP, UCX's peer-failure handling notices the connection loss).
+if [ "${program[0]}" = "$build/tests/mp_collectives_test" ] && [ -x "$build/tests/dead_peer_main" ]; then
+  run_job "$build/tests/dead_peer_main" 4096
+  [ "${codes[2]}" -eq 137 ] || fail "dead peer: rank 2 exited ${codes[2]}, expected 137 (SIGKILL)"
+  for i in 0 1; do
+    grep -q "DETECTED rank=$i code=peer failed .*rank 2" "$tmp/out-$i" \
+      || { tail -n 20 "$tmp/out-$i"; fail "dead peer: rank $i did not name rank 2 (exit ${codes[$i]})"; }
+  done
+  echo "multihost_test: a SIGKILLed rank on host 2 was named by hosts 0 and 1"
+fi
 echo "multihost_test: OK"

@@ -6,8 +6,10 @@
 // starts every rank with the EAGERCOMM_* job variables (and torchrun's, for Python users), each
 // in its own process group. Rank output is printed line by line with a "[rank] " prefix.
 // SIGINT, SIGTERM and SIGHUP are forwarded to every rank. The first rank that fails (non-zero
-// exit or killed) stops the job: the others get SIGTERM, then SIGKILL after a grace period, and
-// the launcher exits with the failed rank's code (128 + signal when killed). Exit codes of the
+// exit or killed) stops the job: the others first get --stop-delay (default 2 s) to notice the
+// failure and exit on their own, which lets them report which peer died, then SIGTERM, then
+// SIGKILL after a grace period; the launcher exits with the failed rank's code (128 + signal
+// when killed). Exit codes of the
 // launcher itself: 2 bad usage, 124 --timeout expired, 127 program not found or not executable.
 // At exit the job's leftover shared-memory segments (/dev/shm/eagercomm-<job>-*) are removed.
 //
@@ -67,11 +69,14 @@ constexpr size_t kMaxLineBytes = 64 * 1024;
 void usage(FILE* out) {  // --help
   std::fprintf(
       out,
-      "usage: eagercomm-run -n N [--transport T] [--timeout DURATION] [--no-prefix] [--] prog "
-      "args...\n"
+      "usage: eagercomm-run -n N [--transport T] [--timeout DURATION] [--stop-delay DURATION]\n"
+      "                     [--no-prefix] [--] prog args...\n"
       "  -n, --nproc N       number of ranks to start on this host (1..%d)\n"
       "  --transport T       set EAGERCOMM_TRANSPORT for every rank (auto|inproc|shm|ucx|verbs)\n"
       "  --timeout DURATION  stop the job after this long and exit 124 (30s, 5m; 0: never)\n"
+      "  --stop-delay DURATION\n"
+      "                      when a rank fails, how long the others may run on to notice it\n"
+      "                      and exit by themselves before they get SIGTERM (default 2s)\n"
       "  --no-prefix         do not prefix output lines with \"[rank] \"\n"
       "  -h, --help          this text\n"
       "Every rank gets EAGERCOMM_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _MASTER_ADDR,\n"
@@ -94,6 +99,7 @@ struct Options {
   int ranks = 0;
   std::string transport;   // empty: not given
   nanoseconds timeout{0};  // 0: none
+  nanoseconds stop_delay = std::chrono::seconds(2);
   bool prefix = true;
   std::vector<std::string> argv;
 };
@@ -142,7 +148,7 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     }
     std::optional<std::string> value;
     bool matched = false;
-    for (std::string_view name : {"-n", "--nproc", "--transport", "--timeout"}) {
+    for (std::string_view name : {"-n", "--nproc", "--transport", "--timeout", "--stop-delay"}) {
       if (!value_of(arg, name, value)) return std::nullopt;
       if (!value) continue;
       matched = true;
@@ -169,10 +175,10 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
       } else {
         Result<nanoseconds> d = parse_duration(*value);
         if (!d.ok()) {
-          exit_code = usage_error("--timeout: " + d.status().message());
+          exit_code = usage_error(std::string(name) + ": " + d.status().message());
           return std::nullopt;
         }
-        o.timeout = *d;
+        (name == "--timeout" ? o.timeout : o.stop_delay) = *d;
       }
       break;
     }
@@ -480,6 +486,11 @@ class Launcher {
         timed_out_ = true;
         stop();
       }
+      if (stop_deadline_ && !stopping_ && now >= *stop_deadline_) {
+        std::fprintf(stderr, "eagercomm-run: ranks still running %s after the failure; stopping "
+                     "them\n", format_duration(o_.stop_delay).c_str());
+        stop();
+      }
       if (kill_deadline_ && now >= *kill_deadline_) {
         signal_all(SIGKILL);
         kill_deadline_.reset();
@@ -581,6 +592,7 @@ class Launcher {
       if (t && (!next || *t < *next)) next = t;
     };
     if (!stopping_) consider(job_deadline_);
+    if (!stopping_) consider(stop_deadline_);
     consider(kill_deadline_);
     consider(drain_deadline_);
     if (!next) return -1;
@@ -671,7 +683,13 @@ class Launcher {
     }
     std::fprintf(stderr, "eagercomm-run: rank %d (pid %d) %s%s\n", r.index, static_cast<int>(r.pid),
                  how.c_str(), others && !stopping_ ? "; stopping the other ranks" : "");
-    stop();
+    // The others get a moment to see the failure themselves (a collective with the failed rank
+    // returns an error naming it), then they are stopped.
+    if (o_.stop_delay > nanoseconds::zero()) {
+      stop_deadline_ = Clock::now() + o_.stop_delay;
+    } else {
+      stop();
+    }
   }
 
   Options o_;
@@ -683,7 +701,7 @@ class Launcher {
   int signals_received_ = 0;
   int forwarded_signal_ = 0;
   std::optional<int> failure_code_;
-  std::optional<Clock::time_point> job_deadline_, kill_deadline_, drain_deadline_;
+  std::optional<Clock::time_point> job_deadline_, stop_deadline_, kill_deadline_, drain_deadline_;
 };
 
 // The environment of rank `r`: ours minus the variables we set, then those.

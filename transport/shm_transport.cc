@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -10,6 +11,7 @@
 
 #include "runtime/event_count.h"
 #include "runtime/log.h"
+#include "transport/peer_liveness.h"
 #include "transport/shm_ring.h"
 #include "transport/shm_segment.h"
 
@@ -18,6 +20,13 @@ namespace {
 
 // Largest world the control segment is laid out for (one ring per sender).
 constexpr int kMaxRanks = 1 << 16;
+// How often idle ranks probe whether their peers' processes still exist, and the longest a
+// wait() sleeps so that such a probe happens even when nothing else wakes the rank.
+constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+// Polls that found nothing between two looks at the clock for the liveness probe.
+constexpr unsigned kIdlePollsPerClockRead = 64;
+
+std::string beacon_name(const std::string& control_segment) { return control_segment + "-live"; }
 
 // The start of a control segment's payload; the rings follow at kControlBlockBytes.
 struct ControlBlock {
@@ -70,7 +79,17 @@ class ShmRemote final : public RemoteRegion {
 class ShmTransport final : public Transport {
  public:
   static Result<std::unique_ptr<Transport>> create(const TransportParams& params, std::string job);
-  ~ShmTransport() override { names_->release_all(); }
+  ~ShmTransport() override {
+    close();
+    names_->release_all();
+  }
+
+  // The beacon goes first, so peers see a departure (kLeft), not a death.
+  void close() override {
+    if (closed_) return;
+    closed_ = true;
+    beacon_.reset();
+  }
 
   std::string_view name() const override { return "shm"; }
 
@@ -164,6 +183,13 @@ class ShmTransport final : public Transport {
                          segment->name().c_str(), peer, capacity,
                          static_cast<unsigned long long>(segment->payload_bytes()));
     }
+    // The peer made its beacon before publishing its address: a missing one means it is gone.
+    Result<LivenessWatch> live = LivenessWatch::open(beacon_name(key.name));
+    if (!live.ok()) {
+      return make_status(StatusCode::kPeerFailed, "shm: rank %d is gone before rank %d connected "
+                         "(%s)", peer, rank(), live.status().message().c_str());
+    }
+    out.live = std::move(live.value());
     auto* block = reinterpret_cast<ControlBlock*>(segment->payload());
     out.ring = shm_ring::Producer(segment->payload() + ring_offset(rank(), capacity), capacity);
     out.event = &block->event;
@@ -214,6 +240,7 @@ class ShmTransport final : public Transport {
   }
 
   size_t poll(std::span<TransportCompletion> out) override {
+    if (closed_) return 0;
     size_t n = 0;
     while (n < out.size() && done_head_ < done_.size()) {
       out[n++] = done_[done_head_++];
@@ -247,6 +274,10 @@ class ShmTransport final : public Transport {
       in.ring.publish();
     }
     poll_start_ = poll_start_ + 1 == world ? 0 : poll_start_ + 1;
+    if (n == 0 && idle_polls_.fetch_add(1, std::memory_order_relaxed) + 1 >= kIdlePollsPerClockRead) {
+      idle_polls_.store(0, std::memory_order_relaxed);
+      n += probe_peers(out);
+    }
     return n;
   }
 
@@ -257,7 +288,10 @@ class ShmTransport final : public Transport {
       block_->event.cancel_wait();
       return;
     }
-    block_->event.commit_wait(ticket, timeout);
+    // Bounded, so that an idle rank still probes its peers' liveness (poll() after the wait).
+    idle_polls_.store(kIdlePollsPerClockRead, std::memory_order_relaxed);
+    block_->event.commit_wait(ticket, std::min<std::chrono::nanoseconds>(timeout,
+                                                                         kLivenessInterval));
   }
 
   void wake() override {
@@ -272,7 +306,8 @@ class ShmTransport final : public Transport {
     shm_ring::Producer ring;
     EventCount* event = nullptr;
     std::vector<uint8_t> address;  // what connect() was given, for idempotence
-    Status failed;                 // sticky: the peer corrupted the ring
+    Status failed;                 // sticky: the peer corrupted the ring, or died
+    LivenessWatch live;            // whether the peer's process still exists
     bool connected = false;
   };
   // One sender's ring in this rank's control segment.
@@ -337,6 +372,7 @@ class ShmTransport final : public Transport {
   // Ok when one more tag fits on `peer`'s ring; kBusy when full; the sticky error when the peer
   // corrupted it.
   Status check_room(int peer) {
+    if (closed_) return Status(StatusCode::kAborted, "shm: this transport was closed");
     Outbox& out = out_[peer];
     if (!out.connected) {
       return make_status(StatusCode::kInvalidArgument,
@@ -357,6 +393,25 @@ class ShmTransport final : public Transport {
                              peer, rank());
     EC_ERROR(kNet, "%s", out.failed.message().c_str());
     return out.failed;
+  }
+
+  // Every kLivenessInterval: one kPeerError completion for each connected peer whose process
+  // died (its beacon's lock was dropped by the kernel) since the last probe.
+  size_t probe_peers(std::span<TransportCompletion> out) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_probe_) return 0;
+    next_probe_ = now + kLivenessInterval;
+    size_t n = 0;
+    for (int peer = 0; peer < size() && n < out.size(); ++peer) {
+      Outbox& o = out_[peer];
+      if (peer == rank() || !o.connected || !o.live.valid() || !o.failed.ok()) continue;
+      if (o.live.check() != LivenessWatch::State::kDead) continue;
+      o.failed = make_status(StatusCode::kPeerFailed,
+                             "shm: rank %d's process is gone (killed or crashed)", peer);
+      EC_ERROR(kNet, "shm: rank %d: rank %d's process is gone (killed or crashed)", rank(), peer);
+      out[n++] = TransportCompletion{TransportCompletion::Kind::kPeerError, peer, 0, 0};
+    }
+    return n;
   }
 
   void push(int peer, uint32_t tag) {
@@ -387,6 +442,10 @@ class ShmTransport final : public Transport {
   std::vector<Outbox> out_;
   std::unique_ptr<Inbox[]> in_;
   int poll_start_ = 0;
+  LivenessBeacon beacon_;  // held while this rank lives (peer_liveness.h)
+  bool closed_ = false;
+  std::atomic<unsigned> idle_polls_{0};  // also bumped by wait() on any thread
+  std::chrono::steady_clock::time_point next_probe_{};
   // Imported segments by (name, check value), shared by every import of one segment. Import is
   // setup, not a data path; the mutex only guards the table.
   std::mutex import_mu_;
@@ -415,8 +474,11 @@ Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportParams& p
   }
   EC_INFO(kNet, "shm: rank %d of %d: control segment %s, %u-entry rings", params.rank, params.size,
           name.c_str(), capacity);
-  return std::unique_ptr<Transport>(
+  EC_ASSIGN_OR_RETURN(LivenessBeacon beacon, LivenessBeacon::create(beacon_name(name)));
+  auto transport = std::unique_ptr<ShmTransport>(
       new ShmTransport(params, std::move(job), std::move(control), std::move(names), capacity));
+  transport->beacon_ = std::move(beacon);
+  return std::unique_ptr<Transport>(std::move(transport));
 }
 
 // EAGERCOMM_JOB_ID, or a random id rank 0 publishes for the others.

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "runtime/log.h"
+#include "transport/peer_liveness.h"
+#include "transport/shm_segment.h"
 
 namespace eagercomm {
 namespace {
@@ -41,6 +43,20 @@ enum Control : uint32_t { kBye = 1, kByeAck = 2 };
 // but nap at most kUnarmedNap at a time.
 constexpr int kWaitSlots = 4;
 constexpr auto kUnarmedNap = std::chrono::milliseconds(1);
+// Peers on this host are probed this often for a dead process (shared-memory endpoints run
+// without UCX's peer-failure handling, so UCX would not notice); wait() sleeps no longer while
+// such peers exist. Empty polls between two looks at the clock:
+constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+constexpr unsigned kIdlePollsPerClockRead = 64;
+
+// The liveness beacon (peer_liveness.h) of the transport instance `instance` in job `job`:
+// named like the job's shm segments, so the launcher's cleanup after a crash removes it.
+std::string beacon_name(const std::string& job, uint64_t instance) {
+  char hex[20];
+  snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(instance));
+  const std::string j = shm_sanitize_job_id(job);
+  return "/eagercomm-" + (j.empty() ? std::string("nojob") : j) + "-ucx-" + hex + "-live";
+}
 // poll() progresses the worker until it is idle or this many passes ran.
 constexpr int kProgressPasses = 4;
 
@@ -264,13 +280,14 @@ class UcxRemote final : public RemoteRegion {
 class UcxTransport final : public Transport {
  public:
   UcxTransport(int rank, int size, const UcxTransportOptions& options,
-               std::shared_ptr<UcxCore> core)
+               std::shared_ptr<UcxCore> core, std::string job)
       : Transport(rank, size),
         core_(std::move(core)),
         options_(options),
         peers_(size),
         op_count_(options.max_outstanding),
         ops_(std::make_shared<Op[]>(op_count_)) {
+    job_ = std::move(job);
     free_ops_.reserve(op_count_);
     for (size_t i = op_count_; i-- > 0;) {
       ops_[i].owner = this;
@@ -318,6 +335,7 @@ class UcxTransport final : public Transport {
     bool answered = false;         // during our close: the peer acknowledged our kBye
     bool handles_failure = false;  // endpoint in UCP_ERR_HANDLING_MODE_PEER
     int outstanding = 0;           // operations to this peer not complete yet
+    LivenessWatch live;            // peers on this host: whether the process still exists
   };
   // A write or notification whose UCX requests are not all complete. The AM header lives here
   // because UCP reads it until the send completes.
@@ -345,6 +363,8 @@ class UcxTransport final : public Transport {
   Status send_note(Op* op, ucp_ep_h ep);
   void push(const TransportCompletion& c);
   void peer_failed(int peer, ucs_status_t status, const char* what);
+  // Every kLivenessInterval: peers on this host whose process died are marked failed.
+  void probe_peers();
   int claim_wait_slot();
   void signal_slot(int i);
 
@@ -363,6 +383,13 @@ class UcxTransport final : public Transport {
   int worker_efd_ = -1;   // owned by the worker
   bool can_arm_ = false;  // the worker is thread-safe: wait() may arm it from any thread
   uint64_t host_ = 0;
+  std::string job_;         // EAGERCOMM_JOB_ID: names the liveness beacon
+  LivenessBeacon beacon_;   // held while this rank lives (peer_liveness.h)
+  std::chrono::steady_clock::time_point next_probe_{};
+  // Shared with wait() on other threads: some peer has a liveness watch; empty polls since
+  // the last look at the clock.
+  std::atomic<bool> watching_{false};
+  std::atomic<unsigned> idle_polls_{0};
   bool shared_memory_ = true;  // the context has shared-memory transports
   bool closing_ = false;  // close() began: no goodbye answers, losses are expected
   bool closed_ = false;   // close() ended: nothing is sent or polled any more
@@ -415,6 +442,15 @@ Status UcxTransport::init() {
   if (s != UCS_OK) return ucx_failure(s, "setting the control handler");
   host_ = host_identity();
   shared_memory_ = context_has_shared_memory(core_->context);
+  // Without a beacon peers on this host cannot tell our death from slowness: worth a warning,
+  // not a failure.
+  Result<LivenessBeacon> beacon = LivenessBeacon::create(beacon_name(job_, instance_));
+  if (beacon.ok()) {
+    beacon_ = std::move(beacon.value());
+  } else {
+    EC_WARN(kNet, "ucx: rank %d: %s; peers on this host will not detect this rank's death",
+            rank(), beacon.status().message().c_str());
+  }
 
   s = ucp_worker_get_efd(core_->worker, &worker_efd_);
   if (s != UCS_OK) return ucx_failure(s, "getting the worker's event fd");
@@ -424,6 +460,7 @@ Status UcxTransport::init() {
   s = ucp_worker_get_address(core_->worker, &worker_address, &worker_bytes);
   if (s != UCS_OK) return ucx_failure(s, "getting the worker address");
   const auto* wa = reinterpret_cast<const uint8_t*>(worker_address);
+
   AddressHeader h{kAddressMagic,
                   kFormatVersion,
                   0,
@@ -467,6 +504,7 @@ void UcxTransport::close() {
   if (closing_) return;
   ucp_worker_h worker = core_->worker;
   closing_ = true;
+  beacon_.reset();  // peers on this host see a departure, not a death
   const auto deadline = std::chrono::steady_clock::now() + options_.close_timeout;
   auto expired = [&] { return std::chrono::steady_clock::now() >= deadline; };
   auto progress = [&] {
@@ -773,6 +811,16 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
   }
   p.instance = h.instance;
   p.address.assign(address.begin(), address.end());
+  if (same_host) {
+    Result<LivenessWatch> live = LivenessWatch::open(beacon_name(job_, h.instance));
+    if (live.ok()) {
+      p.live = std::move(live.value());
+      watching_.store(true, std::memory_order_relaxed);
+    } else {
+      EC_DEBUG(kNet, "ucx: rank %d: no liveness beacon of rank %d: %s", rank(), peer,
+               live.status().message().c_str());
+    }
+  }
   p.handles_failure = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
   EC_DEBUG(kNet, "ucx: rank %d connecting to rank %d (%s host, peer failures %s)", rank(), peer,
            same_host ? "same" : "another",
@@ -807,6 +855,19 @@ void UcxTransport::peer_failed(int peer, ucs_status_t status, const char* what) 
   EC_ERROR(kNet, "ucx: rank %d: %s to rank %d failed: %s; the peer is treated as lost", rank(),
            what, peer, ucs_status_string(status));
   push(TransportCompletion{TransportCompletion::Kind::kPeerError, peer, 0, 0});
+}
+
+void UcxTransport::probe_peers() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_probe_) return;
+  next_probe_ = now + kLivenessInterval;
+  for (Peer& p : peers_) {
+    if (!p.live.valid() || p.failed || p.bye_received || !p.ep) continue;
+    if (p.live.check() != LivenessWatch::State::kDead) continue;
+    p.failed = true;
+    EC_ERROR(kNet, "ucx: rank %d: rank %d's process is gone (killed or crashed)", rank(), p.rank);
+    push(TransportCompletion{TransportCompletion::Kind::kPeerError, p.rank, 0, 0});
+  }
 }
 
 void UcxTransport::on_put_done(void* request, ucs_status_t status, void* user_data) {
@@ -1031,9 +1092,17 @@ void* UcxTransport::mapped_address(const RemoteRegion& remote) {
 
 size_t UcxTransport::poll(std::span<TransportCompletion> out) {
   if (closed_) return 0;
+  int progressed = 0;
   for (int pass = 0; pass < kProgressPasses; ++pass) {
-    if (ucp_worker_progress(core_->worker) == 0) break;
+    const unsigned events = ucp_worker_progress(core_->worker);
+    progressed += events;
+    if (events == 0) break;
     if (queue_.size() - queue_head_ >= out.size()) break;
+  }
+  if (progressed == 0 && queue_head_ == queue_.size() && watching_.load(std::memory_order_relaxed) &&
+      idle_polls_.fetch_add(1, std::memory_order_relaxed) + 1 >= kIdlePollsPerClockRead) {
+    idle_polls_.store(0, std::memory_order_relaxed);
+    probe_peers();
   }
   // Answer goodbyes here, not in the AM handler (no sends from inside progress).
   while (!acks_due_.empty()) {
@@ -1129,15 +1198,21 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
   const bool forever =
       timeout < std::chrono::nanoseconds::zero() || timeout == std::chrono::nanoseconds::max();
   std::chrono::nanoseconds limit = timeout;
+  if (watching_.load(std::memory_order_relaxed)) {
+    // Peers on this host are probed for a dead process from poll(): wake up for that.
+    limit = forever ? std::chrono::nanoseconds(kLivenessInterval)
+                    : std::min<std::chrono::nanoseconds>(timeout, kLivenessInterval);
+    idle_polls_.store(kIdlePollsPerClockRead, std::memory_order_relaxed);
+  }
   if (!armed || slot < 0) {
-    limit = forever ? std::chrono::nanoseconds(kUnarmedNap)
-                    : std::min<std::chrono::nanoseconds>(timeout, kUnarmedNap);
+    limit = forever && !watching_ ? std::chrono::nanoseconds(kUnarmedNap)
+                                  : std::min<std::chrono::nanoseconds>(limit, kUnarmedNap);
   }
   struct pollfd fds[2];
   nfds_t n = 0;
   if (armed) fds[n++] = {worker_efd_, POLLIN, 0};
   if (slot >= 0) fds[n++] = {slots_[slot].fd.get(), POLLIN, 0};
-  const bool infinite = forever && armed && slot >= 0;
+  const bool infinite = forever && armed && slot >= 0 && !watching_;
   struct timespec ts;
   if (!infinite) {
     const auto secs = std::chrono::duration_cast<std::chrono::seconds>(limit);
@@ -1210,7 +1285,8 @@ Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& p
     core->worker = nullptr;
     return ucx_failure(s, "creating the worker");
   }
-  auto transport = std::make_unique<UcxTransport>(params.rank, params.size, opts, std::move(core));
+  auto transport = std::make_unique<UcxTransport>(params.rank, params.size, opts, std::move(core),
+                                                  params.config ? params.config->job_id : "");
   EC_RETURN_IF_ERROR(transport->init());
   return std::unique_ptr<Transport>(std::move(transport));
 }
