@@ -259,11 +259,18 @@ void CommCore::activate(Op* op) {
   } else if (Status s = op->start(ctx_); !s.ok()) {
     fail(op, s, true);
   }
-  auto stash = unexpected_.find(key);
-  if (stash != unexpected_.end()) {
-    std::vector<InMessage*> messages = std::move(stash->second);
-    unexpected_.erase(stash);
-    for (InMessage* m : messages) dispatch(m);  // to the op, or dropped as stale if it failed
+  if (!unexpected_.empty()) {
+    // Borrowed, not referenced: dispatching can start a stream operation, which comes here
+    // again.
+    std::vector<InMessage*> mine = std::move(unexpected_scratch_);
+    mine.clear();
+    std::erase_if(unexpected_, [&](const std::pair<OpKey, InMessage*>& e) {
+      if (e.first != key) return false;
+      mine.push_back(e.second);
+      return true;
+    });
+    for (InMessage* m : mine) dispatch(m);  // to the op, or dropped as stale if it failed
+    unexpected_scratch_ = std::move(mine);
   }
 }
 
@@ -340,7 +347,7 @@ void CommCore::dispatch(InMessage* m) {
         mailbox_->release(m);
       } else {
         ++stats_.unexpected_messages;
-        unexpected_[h.key].push_back(m);
+        unexpected_.emplace_back(h.key, m);
       }
     } else {
       ++stats_.stale_messages;
@@ -581,9 +588,7 @@ void CommCore::destroy() {
       op->self.reset();
     }
     waiting_.clear();
-    for (auto& [key, messages] : unexpected_) {
-      for (InMessage* m : messages) mailbox_->release(m);
-    }
+    for (auto& [key, m] : unexpected_) mailbox_->release(m);
     unexpected_.clear();
     for (auto& [id, messages] : stream_unexpected_) {
       for (InMessage* m : messages) mailbox_->release(m);

@@ -137,7 +137,11 @@ class CommCore final : public ProgressSource {
   std::map<uint64_t, Op*> waiting_;          // submitted out of order (several app threads)
   std::vector<Op*> active_;
   std::unordered_map<OpKey, Op*> by_key_;
-  std::map<OpKey, std::vector<InMessage*>> unexpected_;  // for operations not begun yet
+  // Messages for operations not begun yet, in arrival order. A flat vector (few entries: at
+  // most the peers' slots), so that the common case of a peer that is a bit ahead allocates
+  // nothing once warm.
+  std::vector<std::pair<OpKey, InMessage*>> unexpected_;
+  std::vector<InMessage*> unexpected_scratch_;
   std::map<OpKey, Status> failed_early_;                 // errors for operations not begun yet
   std::vector<int64_t> gone_from_;           // per peer: first sequence it will never run (-1)
   // Header-only or short text messages waiting for a free slot at their peer.

@@ -138,33 +138,46 @@ class Op : public MpscNode {
   Status status_;
 };
 
-// A FIFO of received messages per peer, for operations that consume them in order.
+// A FIFO of received messages per peer, for operations that consume them in order. A vector
+// and a read index per peer, not a deque: a deque allocates on construction, and small
+// operations make one of these per call.
 class PeerQueues {
  public:
   explicit PeerQueues(int size) : queues_(size) {}
-  void push(const Received& r) { queues_[r.message->peer].push_back(r); }
+  void push(const Received& r) { queues_[r.message->peer].items.push_back(r); }
   bool empty(int peer) const { return queues_[peer].empty(); }
   // Whether a message of `step` from `peer` is waiting.
   bool holds(int peer, uint32_t step) const {
-    for (const Received& r : queues_[peer]) {
-      if (r.header.step == step) return true;
+    const Queue& q = queues_[peer];
+    for (size_t i = q.head; i < q.items.size(); ++i) {
+      if (q.items[i].header.step == step) return true;
     }
     return false;
   }
-  const Received& front(int peer) const { return queues_[peer].front(); }
+  const Received& front(int peer) const { return queues_[peer].items[queues_[peer].head]; }
   void pop_release(OpContext& ctx, int peer) {
-    ctx.mailbox->release(queues_[peer].front().message);
-    queues_[peer].pop_front();
+    Queue& q = queues_[peer];
+    ctx.mailbox->release(q.items[q.head].message);
+    if (++q.head == q.items.size()) {
+      q.items.clear();
+      q.head = 0;
+    }
   }
   void drop_all(OpContext& ctx) {
-    for (auto& q : queues_) {
-      for (auto& r : q) ctx.mailbox->release(r.message);
-      q.clear();
+    for (Queue& q : queues_) {
+      for (size_t i = q.head; i < q.items.size(); ++i) ctx.mailbox->release(q.items[i].message);
+      q.items.clear();
+      q.head = 0;
     }
   }
 
  private:
-  std::vector<std::deque<Received>> queues_;
+  struct Queue {
+    std::vector<Received> items;
+    size_t head = 0;  // items before it were consumed
+    bool empty() const { return head == items.size(); }
+  };
+  std::vector<Queue> queues_;
 };
 
 // An operation that keeps each peer's messages in a FIFO until it consumes them.

@@ -274,7 +274,11 @@ class ShmTransport final : public Transport {
       in.ring.publish();
     }
     poll_start_ = poll_start_ + 1 == world ? 0 : poll_start_ + 1;
-    if (n == 0 && idle_polls_.fetch_add(1, std::memory_order_relaxed) + 1 >= kIdlePollsPerClockRead) {
+    // A load and a store, not a read-modify-write: no locked instruction in the polling loop
+    // (a lost count from a concurrent wait() only delays one probe).
+    const unsigned idle = n == 0 ? idle_polls_.load(std::memory_order_relaxed) + 1 : 0;
+    if (n == 0) idle_polls_.store(idle, std::memory_order_relaxed);
+    if (idle >= kIdlePollsPerClockRead) {
       idle_polls_.store(0, std::memory_order_relaxed);
       n += probe_peers(out);
     }

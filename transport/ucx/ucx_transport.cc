@@ -1099,10 +1099,14 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
     if (events == 0) break;
     if (queue_.size() - queue_head_ >= out.size()) break;
   }
-  if (progressed == 0 && queue_head_ == queue_.size() && watching_.load(std::memory_order_relaxed) &&
-      idle_polls_.fetch_add(1, std::memory_order_relaxed) + 1 >= kIdlePollsPerClockRead) {
-    idle_polls_.store(0, std::memory_order_relaxed);
-    probe_peers();
+  if (progressed == 0 && queue_head_ == queue_.size() && watching_.load(std::memory_order_relaxed)) {
+    // A load and a store, not a read-modify-write (see the shm backend).
+    const unsigned idle = idle_polls_.load(std::memory_order_relaxed) + 1;
+    idle_polls_.store(idle, std::memory_order_relaxed);
+    if (idle >= kIdlePollsPerClockRead) {
+      idle_polls_.store(0, std::memory_order_relaxed);
+      probe_peers();
+    }
   }
   // Answer goodbyes here, not in the AM handler (no sends from inside progress).
   while (!acks_due_.empty()) {
