@@ -255,23 +255,23 @@ class ShmTransport final : public Transport {
       const int sender = (poll_start_ + k) % world;
       Inbox& in = in_[sender];
       if (in.failed.load(std::memory_order_relaxed)) continue;
-      const int64_t avail = in.ring.available();
-      if (avail < 0) {
+      bool popped = false;
+      uint32_t tag = 0;
+      int got = 0;
+      while (n < out.size() && (got = in.ring.try_pop(tag)) > 0) {
+        out[n++] = TransportCompletion{TransportCompletion::Kind::kNotify, sender, tag, 0};
+        popped = true;
+      }
+      if (popped) in.ring.publish();
+      if (got < 0) {
         EC_ERROR(kNet,
                  "shm: rank %d's notification ring in rank %d's control segment %s holds "
-                 "impossible indices; ignoring that rank from now on",
+                 "impossible entries; ignoring that rank from now on",
                  sender, rank(), control_->name().c_str());
         in.failed.store(true, std::memory_order_release);
+        // try_pop() only runs with room in `out`, so there is room for this too.
         out[n++] = TransportCompletion{TransportCompletion::Kind::kPeerError, sender, 0, 0};
-        continue;
       }
-      if (avail == 0) continue;
-      const size_t take = std::min(static_cast<size_t>(avail), out.size() - n);
-      for (size_t i = 0; i < take; ++i) {
-        out[n++] =
-            TransportCompletion{TransportCompletion::Kind::kNotify, sender, in.ring.pop(), 0};
-      }
-      in.ring.publish();
     }
     poll_start_ = poll_start_ + 1 == world ? 0 : poll_start_ + 1;
     // A load and a store, not a read-modify-write: no locked instruction in the polling loop
