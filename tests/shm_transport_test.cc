@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -407,6 +408,38 @@ TEST(ShmTransport, FullRingIsBusyDeliversNothingAndRecovers) {
 }
 
 // ---- blocking wait and wake ----
+
+// The sleep/wake handshake under pressure (notifiers use a light fence, sleepers pay a heavy
+// one): notifications land while the receiver is between announcing its sleep and sleeping. A
+// lost wake-up shows as a notification seen only when wait() gives up (its 100 ms cap).
+TEST(ShmTransport, NoWakeUpIsLostWhenNotificationsRaceTheSleep) {
+  run_ranks(2, [](Ctx& c) {
+    constexpr int kRounds = 300;
+    c.connect_all();
+    c.barrier("go");
+    std::mt19937 rng(11);
+    int slow = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      const bool sends = (i % 2) == c.rank;  // take turns: each side sleeps half the time
+      if (sends) {
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+        Status s;
+        while ((s = c.t->notify(1 - c.rank, static_cast<uint32_t>(i))).code() == StatusCode::kBusy) {
+        }
+        CHILD_OK(s);
+        continue;
+      }
+      const auto t0 = Clock::now();
+      std::vector<TransportCompletion> got;
+      while ((got = poll_all(*c.t)).empty()) c.t->wait(seconds(10));
+      if (Clock::now() - t0 > milliseconds(50)) ++slow;
+      CHILD_CHECK(got.size() == 1 && got[0].tag == static_cast<uint32_t>(i), "round %d", i);
+    }
+    CHILD_CHECK(slow <= 5, "%d of %d notifications took over 50 ms (lost wake-ups?)", slow,
+                kRounds / 2);
+    c.barrier("end");
+  });
+}
 
 TEST(ShmTransport, WaitSleepsUntilAPeersNotifyAndWakeFromAnotherThreadEndsIt) {
   run_ranks(2, [](Ctx& c) {

@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -428,6 +429,45 @@ TEST_P(UcxWorld, ThreeRanksEveryPairKeepsItsOrder) {
 }
 
 // A thread asleep in wait() while nobody drives wakes up for a peer's notification.
+// The sleep/wake handshake under pressure: the receiver sleeps in wait() whenever it has
+// nothing, the sender notifies after random short pauses, so many notifications land while
+// the receiver is between announcing its sleep and sleeping. A lost wake-up shows as a
+// notification that takes a wait()'s full length (100 ms or more) to be seen.
+TEST_P(UcxWorld, NoWakeUpIsLostWhenNotificationsRaceTheSleep) {
+  run_world(2, GetParam(), [](Ctx& c) {
+    constexpr int kRounds = 300;
+    if (c.rank == 0) {
+      c.barrier("ready");
+      std::mt19937 rng(7);
+      for (int i = 0; i < kRounds; ++i) {
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+        c.notify(1, static_cast<uint32_t>(i));
+        // Wait for the receiver to take it, so every round starts from an idle receiver.
+        ASSERT_TRUE(c.pump_until([&] { return !c.notes.empty(); }, 30s));
+        c.notes.pop_front();
+      }
+      c.barrier("done");
+      return;
+    }
+    c.barrier("ready");
+    int slow = 0;
+    for (int i = 0; i < kRounds; ++i) {
+      const auto t0 = Clock::now();
+      while (c.pump() == 0 && c.notes.empty()) c.t->wait(10s);
+      const auto took = Clock::now() - t0;
+      if (took > 50ms) ++slow;
+      ASSERT_FALSE(c.notes.empty());
+      EXPECT_EQ(c.notes.front().tag, static_cast<uint32_t>(i));
+      c.notes.pop_front();
+      c.notify(0, static_cast<uint32_t>(i));
+    }
+    // A lost wake-up costs the whole wait (or the 100 ms liveness cap); scheduling hiccups on a
+    // loaded machine explain a few.
+    EXPECT_LE(slow, 5) << slow << " of " << kRounds << " notifications took over 50 ms";
+    c.barrier("done");
+  });
+}
+
 TEST_P(UcxWorld, WaitWakesOnPeerNotification) {
   run_world(2, GetParam(), [](Ctx& c) {
     if (c.rank == 0) {

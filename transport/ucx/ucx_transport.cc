@@ -22,23 +22,42 @@
 #include <string>
 #include <vector>
 
+#include "runtime/asymmetric_fence.h"
 #include "runtime/log.h"
 #include "transport/peer_liveness.h"
+#include "transport/shm_ring.h"
 #include "transport/shm_segment.h"
+#include "transport/shm_transport.h"
 
 namespace eagercomm {
 namespace {
 
 constexpr uint32_t kAddressMagic = 0x41584345;  // "ECXA"
 constexpr uint32_t kKeyMagic = 0x4b584345;      // "ECXK"
-constexpr uint16_t kFormatVersion = 1;
+constexpr uint16_t kFormatVersion = 2;
 // Our active message ids. UCP keeps user handlers in an array indexed by id: keep them small.
 constexpr unsigned kNotifyAmId = 17;   // NoteHeader: a notification for poll()
 constexpr unsigned kControlAmId = 18;  // NoteHeader with a Control kind in `tag`
 // The close handshake (see ~UcxTransport): a closing rank sends kBye to every peer; a peer
 // that is not closing answers kByeAck from its next poll(); one that is closing sent its own
 // kBye, which serves as the answer.
-enum Control : uint32_t { kBye = 1, kByeAck = 2 };
+// kWake: a peer pushed into our notification ring while we slept (see wait()).
+enum Control : uint32_t { kBye = 1, kByeAck = 2, kWake = 3 };
+
+// The notification region (UCP_MEM_MAP_ALLOCATE memory of the receiver): this block, then one
+// shm_ring per sender. Peers that can map it (ucp_rkey_ptr: UCX reaches us through shared
+// memory) notify by pushing into their ring with plain stores; the rest use active messages.
+struct NotifyBlock {
+  alignas(64) std::atomic<uint32_t> sleepers;  // threads of the receiver about to sleep in wait()
+  // Written once before the address is published: 1 when the receiver pays heavy_fence()
+  // before sleeping, so that notifiers (registered too) may use light_fence().
+  std::atomic<uint32_t> heavy;
+};
+constexpr size_t kNotifyBlockBytes = 64;
+static_assert(sizeof(NotifyBlock) == kNotifyBlockBytes);
+size_t notify_ring_offset(int sender, uint32_t capacity) {
+  return kNotifyBlockBytes + static_cast<size_t>(sender) * shm_ring::ring_bytes(capacity);
+}
 // Threads that may sleep in wait() at the same time with their own wake-up fd; more still work
 // but nap at most kUnarmedNap at a time.
 constexpr int kWaitSlots = 4;
@@ -59,6 +78,8 @@ std::string beacon_name(const std::string& job, uint64_t instance) {
 }
 // poll() progresses the worker until it is idle or this many passes ran.
 constexpr int kProgressPasses = 4;
+// Polls that may be served from the notification rings alone before the worker progresses.
+constexpr unsigned kRingPollsPerProgress = 16;
 
 // What a notification carries: the active message header.
 struct NoteHeader {
@@ -74,7 +95,9 @@ struct AddressHeader {
   uint32_t worker_bytes;
   uint64_t instance;  // random per transport: keys must come from the instance we connected to
   uint64_t host;      // host_identity(): peers on other hosts never share memory with us
-  uint64_t checksum;  // of the worker address, which ucp_ep_create parses without a length
+  uint32_t notify_key_bytes;  // the notification region's key follows the worker address
+  uint32_t ring_capacity;     // entries of each ring in it
+  uint64_t checksum;  // of the worker address and the key (ucp_ep_create trusts its input)
 };
 
 struct KeyHeader {
@@ -280,13 +303,15 @@ class UcxRemote final : public RemoteRegion {
 class UcxTransport final : public Transport {
  public:
   UcxTransport(int rank, int size, const UcxTransportOptions& options,
-               std::shared_ptr<UcxCore> core, std::string job)
+               std::shared_ptr<UcxCore> core, std::string job, uint32_t ring_capacity)
       : Transport(rank, size),
         core_(std::move(core)),
         options_(options),
         peers_(size),
         op_count_(options.max_outstanding),
-        ops_(std::make_shared<Op[]>(op_count_)) {
+        ops_(std::make_shared<Op[]>(op_count_)),
+        ring_capacity_(ring_capacity),
+        consumers_(size) {
     job_ = std::move(job);
     free_ops_.reserve(op_count_);
     for (size_t i = op_count_; i-- > 0;) {
@@ -336,6 +361,12 @@ class UcxTransport final : public Transport {
     bool handles_failure = false;  // endpoint in UCP_ERR_HANDLING_MODE_PEER
     int outstanding = 0;           // operations to this peer not complete yet
     LivenessWatch live;            // peers on this host: whether the process still exists
+    // Set when the peer's notification region is mapped here: notifications are ring pushes.
+    std::unique_ptr<RemoteRegion> notify_region;
+    shm_ring::Producer ring;
+    std::atomic<uint32_t>* sleepers = nullptr;  // the peer's NotifyBlock::sleepers
+    bool wake_due = false;                      // a kWake that met back-pressure
+    bool light_fence = false;  // the peer pairs our notifications with heavy_fence()
   };
   // A write or notification whose UCX requests are not all complete. The AM header lives here
   // because UCP reads it until the send completes.
@@ -365,6 +396,15 @@ class UcxTransport final : public Transport {
   void peer_failed(int peer, ucs_status_t status, const char* what);
   // Every kLivenessInterval: peers on this host whose process died are marked failed.
   void probe_peers();
+  // Ring path: pushes `tag` into `peer`'s ring and wakes the peer if it sleeps.
+  Status ring_notify(int peer, uint32_t tag);
+  // Tags from the rings into `out`; returns how many.
+  size_t drain_rings(std::span<TransportCompletion> out);
+  bool rings_maybe_nonempty() const;
+  // Completions queued by callbacks and local writes into `out`; returns how many.
+  size_t take_queued(std::span<TransportCompletion> out);
+  // Waits (progressing the worker) until what was put to `peer` is complete at the target.
+  Status flush_peer(int peer);
   int claim_wait_slot();
   void signal_slot(int i);
 
@@ -408,6 +448,16 @@ class UcxTransport final : public Transport {
   std::atomic<size_t> queued_{0};  // queue_.size() - queue_head_
   std::atomic<bool> woken_{false};
   std::array<WaitSlot, kWaitSlots> slots_;
+
+  // Notification rings (NotifyBlock): this rank's region, read by poll() (rings) and wait()
+  // (sleepers, and maybe_nonempty() of the rings from any thread).
+  const uint32_t ring_capacity_;
+  std::unique_ptr<MemoryRegion> notify_region_;
+  NotifyBlock* notify_block_ = nullptr;
+  std::vector<shm_ring::Consumer> consumers_;
+  std::vector<uint8_t> ring_failed_;  // senders whose ring was corrupt (driver only)
+  bool any_wake_due_ = false;
+  unsigned ring_polls_ = 0;  // polls answered from the rings alone since the worker progressed
 };
 
 Status UcxTransport::init() {
@@ -460,6 +510,25 @@ Status UcxTransport::init() {
   s = ucp_worker_get_address(core_->worker, &worker_address, &worker_bytes);
   if (s != UCS_OK) return ucx_failure(s, "getting the worker address");
   const auto* wa = reinterpret_cast<const uint8_t*>(worker_address);
+  std::vector<uint8_t> body(wa, wa + worker_bytes);
+  ucp_worker_release_address(core_->worker, worker_address);
+
+  // The notification region: its key travels in the address, so peers map it at connect().
+  Result<std::unique_ptr<MemoryRegion>> region =
+      allocate(notify_ring_offset(size(), ring_capacity_), MemoryKind::kHost);
+  if (!region.ok()) return region.status();
+  notify_region_ = std::move(region.value());
+  auto* base = static_cast<uint8_t*>(notify_region_->data());
+  notify_block_ = std::construct_at(reinterpret_cast<NotifyBlock*>(base));
+  notify_block_->heavy.store(asymmetric_fences_available() ? 1 : 0, std::memory_order_relaxed);
+  for (int sender = 0; sender < size(); ++sender) {
+    shm_ring::init(base + notify_ring_offset(sender, ring_capacity_), ring_capacity_);
+    consumers_[sender] =
+        shm_ring::Consumer(base + notify_ring_offset(sender, ring_capacity_), ring_capacity_);
+  }
+  ring_failed_.assign(size(), 0);
+  const std::vector<uint8_t>& key = notify_region_->remote_key();
+  body.insert(body.end(), key.begin(), key.end());
 
   AddressHeader h{kAddressMagic,
                   kFormatVersion,
@@ -468,11 +537,12 @@ Status UcxTransport::init() {
                   static_cast<uint32_t>(worker_bytes),
                   instance_,
                   host_,
-                  fnv1a(wa, worker_bytes)};
-  address_.resize(sizeof(h) + worker_bytes);
+                  static_cast<uint32_t>(key.size()),
+                  ring_capacity_,
+                  fnv1a(body.data(), body.size())};
+  address_.resize(sizeof(h) + body.size());
   std::memcpy(address_.data(), &h, sizeof(h));
-  std::memcpy(address_.data() + sizeof(h), wa, worker_bytes);
-  ucp_worker_release_address(core_->worker, worker_address);
+  std::memcpy(address_.data() + sizeof(h), body.data(), body.size());
 
   for (WaitSlot& slot : slots_) {
     const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -776,12 +846,14 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
                        "ucx: the address of rank %d was given as rank %d's", h.rank, peer);
   }
   const uint8_t* worker_address = address.data() + sizeof(h);
-  if (h.worker_bytes != address.size() - sizeof(h) ||
-      h.checksum != fnv1a(worker_address, address.size() - sizeof(h))) {
+  if (uint64_t{h.worker_bytes} + h.notify_key_bytes != address.size() - sizeof(h) ||
+      h.checksum != fnv1a(worker_address, address.size() - sizeof(h)) ||
+      !shm_ring::valid_capacity(h.ring_capacity)) {
     return make_status(StatusCode::kProtocolError,
-                       "ucx: address of rank %d is truncated or corrupt (%zu worker address bytes, "
-                       "header says %u)",
-                       peer, address.size() - sizeof(h), h.worker_bytes);
+                       "ucx: address of rank %d is truncated or corrupt (%zu bytes after the "
+                       "header, which says %u + %u; ring capacity %u)",
+                       peer, address.size() - sizeof(h), h.worker_bytes, h.notify_key_bytes,
+                       h.ring_capacity);
   }
   Peer& p = peers_[peer];
   if (p.ep) {
@@ -811,6 +883,30 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
   }
   p.instance = h.instance;
   p.address.assign(address.begin(), address.end());
+  // Notifications: ring pushes where the peer's region maps here, active messages elsewhere.
+  Result<std::unique_ptr<RemoteRegion>> ring_region = import_region(
+      peer, address.subspan(sizeof(h) + h.worker_bytes, h.notify_key_bytes));
+  if (!ring_region.ok()) {
+    Status e = ring_region.status();
+    e.prepend("ucx: the notification region in rank " + std::to_string(peer) + "'s address: ");
+    return e;
+  }
+  if (auto* mapped = static_cast<uint8_t*>(mapped_address(*ring_region.value()));
+      mapped != nullptr && peer != rank()) {
+    if (ring_region.value()->size() < notify_ring_offset(size(), h.ring_capacity)) {
+      return make_status(StatusCode::kProtocolError,
+                         "ucx: rank %d's notification region has %zu bytes, too few for %d rings "
+                         "of %u entries",
+                         peer, ring_region.value()->size(), size(), h.ring_capacity);
+    }
+    p.ring = shm_ring::Producer(mapped + notify_ring_offset(rank(), h.ring_capacity),
+                                h.ring_capacity);
+    auto* block = reinterpret_cast<NotifyBlock*>(mapped);
+    p.sleepers = &block->sleepers;
+    p.light_fence =
+        block->heavy.load(std::memory_order_acquire) == 1 && asymmetric_fences_available();
+  }
+  p.notify_region = std::move(ring_region.value());
   if (same_host) {
     Result<LivenessWatch> live = LivenessWatch::open(beacon_name(job_, h.instance));
     if (live.ok()) {
@@ -822,9 +918,10 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
     }
   }
   p.handles_failure = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
-  EC_DEBUG(kNet, "ucx: rank %d connecting to rank %d (%s host, peer failures %s)", rank(), peer,
-           same_host ? "same" : "another",
-           ep.err_mode == UCP_ERR_HANDLING_MODE_PEER ? "handled" : "not handled");
+  EC_DEBUG(kNet, "ucx: rank %d connecting to rank %d (%s host, peer failures %s, notifications "
+           "by %s)", rank(), peer, same_host ? "same" : "another",
+           ep.err_mode == UCP_ERR_HANDLING_MODE_PEER ? "handled" : "not handled",
+           p.ring.attached() ? "ring stores" : "active messages");
   return Status::Ok();
 }
 
@@ -935,6 +1032,7 @@ ucs_status_t UcxTransport::on_control(void* arg, const void* header, size_t head
   } else if (h.tag == kByeAck) {
     p.answered = true;
   }
+  // kWake needs nothing: its arrival woke the worker's event fd.
   return UCS_OK;
 }
 
@@ -1027,6 +1125,36 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
   }
   const int peer = remote.peer();
   EC_RETURN_IF_ERROR(check_sendable(peer, "write"));
+  if (peers_[peer].ring.attached()) {
+    // The peer's memory is mapped here: stores, then the ring. Memory that is not mapped is
+    // put and flushed first, since a ring push is not ordered after a put.
+    const shm_ring::Room room = peers_[peer].ring.room();
+    if (room == shm_ring::Room::kFull) return Status(StatusCode::kBusy, {});
+    if (bytes > 0) {
+      const auto* from = static_cast<const uint8_t*>(local.data()) + local_offset;
+      if (dst->mapped() != nullptr) {
+        std::memcpy(static_cast<uint8_t*>(dst->mapped()) + remote_offset, from, bytes);
+      } else {
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+        param.memh = src->memh();
+        ucs_status_ptr_t r = ucp_put_nbx(peers_[peer].ep, from, bytes,
+                                         dst->base() + remote_offset, dst->rkey(), &param);
+        if (UCS_PTR_IS_ERR(r)) {
+          const ucs_status_t st = UCS_PTR_STATUS(r);
+          if (st == UCS_ERR_NO_RESOURCE) return Status(StatusCode::kBusy, {});
+          peer_failed(peer, st, "a put");
+          return make_status(code_of(st), "ucx: put of %zu bytes to rank %d failed: %s", bytes,
+                             peer, ucs_status_string(st));
+        }
+        if (r != nullptr) ucp_request_free(r);  // flush_peer() waits for it
+        EC_RETURN_IF_ERROR(flush_peer(peer));
+      }
+    }
+    EC_RETURN_IF_ERROR(ring_notify(peer, tag));
+    push(TransportCompletion{TransportCompletion::Kind::kWriteDone, peer, tag, cookie});
+    return Status::Ok();
+  }
   Op* op = take_op(peer);
   if (op == nullptr) return Status(StatusCode::kBusy, {});
   op->header = NoteHeader{rank(), tag};
@@ -1072,6 +1200,7 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
 
 Status UcxTransport::notify(int peer, uint32_t tag) {
   EC_RETURN_IF_ERROR(check_sendable(peer, "notify"));
+  if (peers_[peer].ring.attached()) return ring_notify(peer, tag);
   Op* op = take_op(peer);
   if (op == nullptr) return Status(StatusCode::kBusy, {});
   op->header = NoteHeader{rank(), tag};
@@ -1084,6 +1213,87 @@ Status UcxTransport::notify(int peer, uint32_t tag) {
   return s;
 }
 
+Status UcxTransport::ring_notify(int peer, uint32_t tag) {
+  Peer& p = peers_[peer];
+  switch (p.ring.room()) {
+    case shm_ring::Room::kOk:
+      break;
+    case shm_ring::Room::kFull:
+      return Status(StatusCode::kBusy, {});
+    case shm_ring::Room::kCorrupt:
+      peer_failed(peer, UCS_ERR_IO_ERROR, "its notification ring (impossible head index)");
+      return make_status(StatusCode::kProtocolError,
+                         "ucx: rank %d corrupted its notification ring (impossible head index)",
+                         peer);
+  }
+  // A release store: data stored through mappings before it is visible with the tag.
+  p.ring.push(tag);
+  // Dekker with wait(): the receiver announces itself in `sleepers`, then looks at its rings;
+  // we pushed, then look at `sleepers`. One of the two sees the other. The receiver pays the
+  // expensive half when it can (asymmetric_fence.h).
+  if (p.light_fence) {
+    light_fence();
+  } else {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  if (p.sleepers->load(std::memory_order_relaxed) != 0) {
+    if (send_control(peer, kWake).code() == StatusCode::kBusy) {
+      p.wake_due = true;
+      any_wake_due_ = true;
+    }
+  }
+  return Status::Ok();
+}
+
+Status UcxTransport::flush_peer(int peer) {
+  ucp_request_param_t param{};
+  ucs_status_ptr_t r = ucp_ep_flush_nbx(peers_[peer].ep, &param);
+  if (r == nullptr) return Status::Ok();
+  ucs_status_t st = UCS_PTR_IS_ERR(r) ? UCS_PTR_STATUS(r) : UCS_INPROGRESS;
+  while (st == UCS_INPROGRESS) {
+    ucp_worker_progress(core_->worker);
+    st = ucp_request_check_status(r);
+  }
+  if (!UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+  if (st == UCS_OK) return Status::Ok();
+  peer_failed(peer, st, "a flush");
+  return make_status(code_of(st), "ucx: flushing puts to rank %d failed: %s", peer,
+                     ucs_status_string(st));
+}
+
+size_t UcxTransport::drain_rings(std::span<TransportCompletion> out) {
+  size_t n = 0;
+  for (int sender = 0; sender < size() && n < out.size(); ++sender) {
+    if (ring_failed_[sender]) continue;
+    shm_ring::Consumer& ring = consumers_[sender];
+    bool popped = false;
+    uint32_t tag = 0;
+    int got = 0;
+    while (n < out.size() && (got = ring.try_pop(tag)) > 0) {
+      out[n++] = TransportCompletion{TransportCompletion::Kind::kNotify, sender, tag, 0};
+      popped = true;
+    }
+    if (popped) ring.publish();
+    if (got < 0) {
+      ring_failed_[sender] = 1;
+      EC_ERROR(kNet, "ucx: rank %d: rank %d's notification ring holds impossible entries; "
+               "ignoring it from now on", rank(), sender);
+      if (!peers_[sender].failed) {
+        peers_[sender].failed = true;
+        out[n++] = TransportCompletion{TransportCompletion::Kind::kPeerError, sender, 0, 0};
+      }
+    }
+  }
+  return n;
+}
+
+bool UcxTransport::rings_maybe_nonempty() const {
+  for (int sender = 0; sender < size(); ++sender) {
+    if (consumers_[sender].maybe_nonempty()) return true;
+  }
+  return false;
+}
+
 void* UcxTransport::mapped_address(const RemoteRegion& remote) {
   const auto* r = dynamic_cast<const UcxRemote*>(&remote);
   if (r == nullptr || r->core() != core_.get()) return nullptr;
@@ -1092,6 +1302,15 @@ void* UcxTransport::mapped_address(const RemoteRegion& remote) {
 
 size_t UcxTransport::poll(std::span<TransportCompletion> out) {
   if (closed_) return 0;
+  // Rings first: when they deliver, the worker's progress (the expensive part of a poll) waits
+  // for a later call, at most kRingPollsPerProgress of them.
+  if (++ring_polls_ < kRingPollsPerProgress) {
+    fence(std::memory_order_acquire);
+    size_t n = take_queued(out);
+    n += drain_rings(out.subspan(n));
+    if (n > 0) return n;
+  }
+  ring_polls_ = 0;
   int progressed = 0;
   for (int pass = 0; pass < kProgressPasses; ++pass) {
     const unsigned events = ucp_worker_progress(core_->worker);
@@ -1108,6 +1327,17 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
       probe_peers();
     }
   }
+  if (any_wake_due_) {
+    any_wake_due_ = false;
+    for (Peer& p : peers_) {
+      if (!p.wake_due) continue;
+      if (send_control(p.rank, kWake).code() == StatusCode::kBusy) {
+        any_wake_due_ = true;
+      } else {
+        p.wake_due = false;
+      }
+    }
+  }
   // Answer goodbyes here, not in the AM handler (no sends from inside progress).
   while (!acks_due_.empty()) {
     const int peer = acks_due_.back();
@@ -1118,6 +1348,11 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
   // Pairs with the sender's release fence in notify(): data stored through mapped memory
   // before a notification is visible once the notification is.
   fence(std::memory_order_acquire);
+  const size_t n = take_queued(out);
+  return n + drain_rings(out.subspan(n));
+}
+
+size_t UcxTransport::take_queued(std::span<TransportCompletion> out) {
   size_t n = 0;
   while (n < out.size() && queue_head_ < queue_.size()) out[n++] = queue_[queue_head_++];
   if (queue_head_ == queue_.size()) {
@@ -1178,9 +1413,17 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
   auto done = [&] {
     if (slot >= 0) slots_[slot].busy.store(false, std::memory_order_seq_cst);
   };
+  // Announced to ring producers before the last look at the rings (see ring_notify()).
+  notify_block_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  heavy_fence();
+  auto done_inner = done;
+  auto done2 = [&] {
+    notify_block_->sleepers.fetch_sub(1, std::memory_order_relaxed);
+    done_inner();
+  };
   if (woken_.exchange(false, std::memory_order_seq_cst) ||
-      queued_.load(std::memory_order_acquire) > 0) {
-    return done();
+      queued_.load(std::memory_order_acquire) > 0 || rings_maybe_nonempty()) {
+    return done2();
   }
   bool armed = false;
   if (can_arm_) {
@@ -1189,14 +1432,14 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
       for (int i = 0; i < kWaitSlots; ++i) {
         if (i != slot && slots_[i].busy.load(std::memory_order_seq_cst)) signal_slot(i);
       }
-      return done();
+      return done2();
     }
     if (s == UCS_OK) {
       armed = true;
     } else {
       EC_WARN(kNet, "ucx: rank %d: arming the worker failed: %s", rank(), ucs_status_string(s));
     }
-    if (queued_.load(std::memory_order_acquire) > 0) return done();
+    if (queued_.load(std::memory_order_acquire) > 0) return done2();
   }
   // Without an armed worker or an own slot, nap briefly instead of sleeping for the timeout.
   const bool forever =
@@ -1226,7 +1469,7 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
   if (::ppoll(fds, n, infinite ? nullptr : &ts, nullptr) < 0 && errno != EINTR) {
     EC_WARN(kNet, "ucx: rank %d: ppoll in wait() failed: %m", rank());
   }
-  done();
+  done2();
 }
 
 void UcxTransport::wake() {
@@ -1289,8 +1532,11 @@ Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& p
     core->worker = nullptr;
     return ucx_failure(s, "creating the worker");
   }
+  const uint32_t ring_capacity =
+      shm_ring_capacity_for(params.config ? params.config->slots : Config{}.slots);
   auto transport = std::make_unique<UcxTransport>(params.rank, params.size, opts, std::move(core),
-                                                  params.config ? params.config->job_id : "");
+                                                  params.config ? params.config->job_id : "",
+                                                  ring_capacity);
   EC_RETURN_IF_ERROR(transport->init());
   return std::unique_ptr<Transport>(std::move(transport));
 }
