@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/asymmetric_fence.h"
 #include "runtime/event_count.h"
 #include "runtime/log.h"
 #include "transport/peer_liveness.h"
@@ -33,9 +32,6 @@ std::string beacon_name(const std::string& control_segment) { return control_seg
 struct ControlBlock {
   uint32_t world_size;     // written once by the owner before its address is published
   uint32_t ring_capacity;  // likewise
-  // Likewise: 1 when the owner calls heavy_fence() before it sleeps, so that notifiers
-  // (registered too) may use light_fence() (runtime/asymmetric_fence.h).
-  uint32_t heavy_fence;
   alignas(64) EventCount event;
   alignas(64) std::atomic<uint32_t> woken;  // sticky wake(): nonzero until a wait() takes it
 };
@@ -197,9 +193,6 @@ class ShmTransport final : public Transport {
     auto* block = reinterpret_cast<ControlBlock*>(segment->payload());
     out.ring = shm_ring::Producer(segment->payload() + ring_offset(rank(), capacity), capacity);
     out.event = &block->event;
-    uint32_t heavy = 0;
-    std::memcpy(&heavy, &block->heavy_fence, sizeof(heavy));
-    out.light_fence = heavy == 1 && asymmetric_fences_available();
     out.segment = std::move(segment);
     out.address.assign(address.begin(), address.end());
     out.connected = true;
@@ -295,7 +288,6 @@ class ShmTransport final : public Transport {
   void wait(std::chrono::nanoseconds timeout) override {
     if (block_->woken.exchange(0, std::memory_order_acq_rel) != 0) return;
     const EventCount::Ticket ticket = block_->event.prepare_wait();
-    heavy_fence();  // pairs with the notifiers' light_fence() (push())
     if (may_have_work() || block_->woken.exchange(0, std::memory_order_acq_rel) != 0) {
       block_->event.cancel_wait();
       return;
@@ -320,7 +312,6 @@ class ShmTransport final : public Transport {
     std::vector<uint8_t> address;  // what connect() was given, for idempotence
     Status failed;                 // sticky: the peer corrupted the ring, or died
     LivenessWatch live;            // whether the peer's process still exists
-    bool light_fence = false;      // the peer pairs our notifications with heavy_fence()
     bool connected = false;
   };
   // One sender's ring in this rank's control segment.
@@ -430,13 +421,7 @@ class ShmTransport final : public Transport {
   void push(int peer, uint32_t tag) {
     Outbox& out = out_[peer];
     out.ring.push(tag);
-    if (out.light_fence) {
-      // The sleeper pays the fence (wait()): only look whether anyone sleeps.
-      light_fence();
-      if (out.event->waiters() != 0) out.event->notify_all();
-    } else {
-      out.event->notify_all();
-    }
+    out.event->notify_all();
   }
 
   bool may_have_work() const {
@@ -486,7 +471,6 @@ Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportParams& p
   auto* block = reinterpret_cast<ControlBlock*>(control->payload());
   block->world_size = static_cast<uint32_t>(params.size);
   block->ring_capacity = capacity;
-  block->heavy_fence = asymmetric_fences_available() ? 1 : 0;
   std::construct_at(&block->event);
   std::construct_at(&block->woken, 0u);
   for (int s = 0; s < params.size; ++s) {

@@ -22,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/asymmetric_fence.h"
 #include "runtime/log.h"
 #include "transport/peer_liveness.h"
 #include "transport/shm_ring.h"
@@ -49,9 +48,6 @@ enum Control : uint32_t { kBye = 1, kByeAck = 2, kWake = 3 };
 // memory) notify by pushing into their ring with plain stores; the rest use active messages.
 struct NotifyBlock {
   alignas(64) std::atomic<uint32_t> sleepers;  // threads of the receiver about to sleep in wait()
-  // Written once before the address is published: 1 when the receiver pays heavy_fence()
-  // before sleeping, so that notifiers (registered too) may use light_fence().
-  std::atomic<uint32_t> heavy;
 };
 constexpr size_t kNotifyBlockBytes = 64;
 static_assert(sizeof(NotifyBlock) == kNotifyBlockBytes);
@@ -366,7 +362,6 @@ class UcxTransport final : public Transport {
     shm_ring::Producer ring;
     std::atomic<uint32_t>* sleepers = nullptr;  // the peer's NotifyBlock::sleepers
     bool wake_due = false;                      // a kWake that met back-pressure
-    bool light_fence = false;  // the peer pairs our notifications with heavy_fence()
   };
   // A write or notification whose UCX requests are not all complete. The AM header lives here
   // because UCP reads it until the send completes.
@@ -520,7 +515,6 @@ Status UcxTransport::init() {
   notify_region_ = std::move(region.value());
   auto* base = static_cast<uint8_t*>(notify_region_->data());
   notify_block_ = std::construct_at(reinterpret_cast<NotifyBlock*>(base));
-  notify_block_->heavy.store(asymmetric_fences_available() ? 1 : 0, std::memory_order_relaxed);
   for (int sender = 0; sender < size(); ++sender) {
     shm_ring::init(base + notify_ring_offset(sender, ring_capacity_), ring_capacity_);
     consumers_[sender] =
@@ -901,10 +895,7 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
     }
     p.ring = shm_ring::Producer(mapped + notify_ring_offset(rank(), h.ring_capacity),
                                 h.ring_capacity);
-    auto* block = reinterpret_cast<NotifyBlock*>(mapped);
-    p.sleepers = &block->sleepers;
-    p.light_fence =
-        block->heavy.load(std::memory_order_acquire) == 1 && asymmetric_fences_available();
+    p.sleepers = &reinterpret_cast<NotifyBlock*>(mapped)->sleepers;
   }
   p.notify_region = std::move(ring_region.value());
   if (same_host) {
@@ -1229,13 +1220,8 @@ Status UcxTransport::ring_notify(int peer, uint32_t tag) {
   // A release store: data stored through mappings before it is visible with the tag.
   p.ring.push(tag);
   // Dekker with wait(): the receiver announces itself in `sleepers`, then looks at its rings;
-  // we pushed, then look at `sleepers`. One of the two sees the other. The receiver pays the
-  // expensive half when it can (asymmetric_fence.h).
-  if (p.light_fence) {
-    light_fence();
-  } else {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
+  // we pushed, then look at `sleepers`. One of the two sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (p.sleepers->load(std::memory_order_relaxed) != 0) {
     if (send_control(peer, kWake).code() == StatusCode::kBusy) {
       p.wake_due = true;
@@ -1415,7 +1401,6 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
   };
   // Announced to ring producers before the last look at the rings (see ring_notify()).
   notify_block_->sleepers.fetch_add(1, std::memory_order_seq_cst);
-  heavy_fence();
   auto done_inner = done;
   auto done2 = [&] {
     notify_block_->sleepers.fetch_sub(1, std::memory_order_relaxed);
