@@ -32,7 +32,8 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
     return std::vector<char>(v.value().begin(), v.value().end());
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
     std::vector<std::string> full;
     for (const std::string& k : keys) full.push_back(prefix_ + k);
     check(store_.wait(full, timeout));
@@ -52,9 +53,12 @@ using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 template <class T>
 ReduceFn reduce_fn(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return &gloo::sum<T>;
-    case ReduceOp::kMin: return &gloo::min<T>;
-    case ReduceOp::kMax: return &gloo::max<T>;
+    case ReduceOp::kSum:
+      return &gloo::sum<T>;
+    case ReduceOp::kMin:
+      return &gloo::min<T>;
+    case ReduceOp::kMax:
+      return &gloo::max<T>;
   }
   return nullptr;
 }
@@ -87,9 +91,10 @@ Result<Baseline> make_gloo_baseline(Communicator& comm) {
   const Result<Config>& config = Config::process();
   if (!config.ok()) return config.status();
   auto g = std::make_shared<GlooState>();
-  const auto timeout = config.value().timeout.count() > 0
-                           ? std::chrono::duration_cast<std::chrono::milliseconds>(config.value().timeout)
-                           : std::chrono::milliseconds(gloo::rendezvous::Store::kDefaultTimeout);
+  const auto timeout =
+      config.value().timeout.count() > 0
+          ? std::chrono::duration_cast<std::chrono::milliseconds>(config.value().timeout)
+          : std::chrono::milliseconds(gloo::rendezvous::Store::kDefaultTimeout);
   g->timeout = timeout;
   try {
     gloo::transport::tcp::attr attr;
@@ -113,10 +118,14 @@ Result<Baseline> make_gloo_baseline(Communicator& comm) {
                       ReduceOp op) -> Status {
     try {
       switch (type) {
-        case DataType::kFloat32: return run_allreduce<float>(*raw, send, recv, count, op);
-        case DataType::kFloat64: return run_allreduce<double>(*raw, send, recv, count, op);
-        case DataType::kInt32: return run_allreduce<int32_t>(*raw, send, recv, count, op);
-        case DataType::kInt64: return run_allreduce<int64_t>(*raw, send, recv, count, op);
+        case DataType::kFloat32:
+          return run_allreduce<float>(*raw, send, recv, count, op);
+        case DataType::kFloat64:
+          return run_allreduce<double>(*raw, send, recv, count, op);
+        case DataType::kInt32:
+          return run_allreduce<int32_t>(*raw, send, recv, count, op);
+        case DataType::kInt64:
+          return run_allreduce<int64_t>(*raw, send, recv, count, op);
         default:
           return make_status(StatusCode::kNotSupported, "gloo baseline: type %s not wired",
                              std::string(dtype_name(type)).c_str());

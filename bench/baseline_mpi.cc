@@ -14,12 +14,17 @@ bool g_started = false;
 
 Result<MPI_Datatype> mpi_type(DataType t) {
   switch (t) {
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
     default:
-      return make_status(StatusCode::kNotSupported, "MPI has no %s type (MPI-4 lacks 16-bit floats)",
+      return make_status(StatusCode::kNotSupported,
+                         "MPI has no %s type (MPI-4 lacks 16-bit floats)",
                          std::string(dtype_name(t)).c_str());
   }
 }
@@ -81,7 +86,8 @@ Result<Baseline> make_mpi_baseline() {
   std::string v(version, static_cast<size_t>(len));
   if (const size_t cut = v.find_first_of(",\n"); cut != v.npos) v.resize(cut);
   b.description = v;
-  b.allreduce = [](const void* send, void* recv, size_t count, DataType type, ReduceOp op) -> Status {
+  b.allreduce = [](const void* send, void* recv, size_t count, DataType type,
+                   ReduceOp op) -> Status {
     EC_ASSIGN_OR_RETURN(MPI_Datatype t, mpi_type(type));
     if (count > static_cast<size_t>(INT32_MAX)) {
       return Status(StatusCode::kInvalidArgument, "MPI_Allreduce: count over INT_MAX");

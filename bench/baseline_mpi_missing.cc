@@ -6,9 +6,10 @@ namespace eagercomm::bench {
 namespace {
 
 Status no_mpi() {
-  return Status(StatusCode::kUnavailable,
-                "eagercomm-bench was built without MPI: install libopenmpi-dev (deploy/install-deps.sh) "
-                "and reconfigure with EAGERCOMM_WITH_MPI=ON");
+  return Status(
+      StatusCode::kUnavailable,
+      "eagercomm-bench was built without MPI: install libopenmpi-dev (deploy/install-deps.sh) "
+      "and reconfigure with EAGERCOMM_WITH_MPI=ON");
 }
 
 }  // namespace

@@ -13,8 +13,8 @@ Result<std::vector<Baseline>> make_baselines(const std::vector<std::string>& nam
       EC_ASSIGN_OR_RETURN(Baseline b, make_gloo_baseline(comm));
       out.push_back(std::move(b));
     } else {
-      return make_status(StatusCode::kInvalidArgument,
-                         "--compare: '%s' is not one of mpi, gloo", name.c_str());
+      return make_status(StatusCode::kInvalidArgument, "--compare: '%s' is not one of mpi, gloo",
+                         name.c_str());
     }
   }
   return out;

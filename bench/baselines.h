@@ -15,7 +15,7 @@ namespace eagercomm::bench {
 
 // One library's blocking allreduce over the job's ranks.
 struct Baseline {
-  std::string name;  // "mpi", "gloo"
+  std::string name;         // "mpi", "gloo"
   std::string description;  // version / algorithm, for the report header
   std::function<Status(const void* send, void* recv, size_t count, DataType type, ReduceOp op)>
       allreduce;

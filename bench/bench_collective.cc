@@ -67,7 +67,8 @@ class Runner {
   // Input of this rank; for in-place allgather it lives in this rank's block of recv.
   void* input(size_t count, bool in_place) {
     if (!in_place) return buf_.s();
-    if (o_.coll == Collective::kAllgather) return static_cast<uint8_t*>(buf_.r()) + rank_ * count * es_;
+    if (o_.coll == Collective::kAllgather)
+      return static_cast<uint8_t*>(buf_.r()) + rank_ * count * es_;
     return buf_.r();
   }
 
@@ -106,7 +107,8 @@ class Runner {
         }
         break;
       case Collective::kBroadcast:
-        for (size_t i = 0; i < count; ++i) wrong += load_element(o_.type, buf_.r(), i) != pattern(o_.root, i);
+        for (size_t i = 0; i < count; ++i)
+          wrong += load_element(o_.type, buf_.r(), i) != pattern(o_.root, i);
         break;
       case Collective::kAllgather:
         for (int g = 0; g < P_; ++g) {
@@ -142,11 +144,11 @@ class Runner {
       wrong = count_wrong(count);
     }
     // The slowest rank's time for each iteration, and the wrong elements of all ranks.
-    EC_RETURN_IF_ERROR(comm_.allreduce(us.data(), us.data(), us.size(), DataType::kFloat64,
-                                       ReduceOp::kMax));
+    EC_RETURN_IF_ERROR(
+        comm_.allreduce(us.data(), us.data(), us.size(), DataType::kFloat64, ReduceOp::kMax));
     int64_t total_wrong = static_cast<int64_t>(wrong);
-    EC_RETURN_IF_ERROR(comm_.allreduce(&total_wrong, &total_wrong, 1, DataType::kInt64,
-                                       ReduceOp::kSum));
+    EC_RETURN_IF_ERROR(
+        comm_.allreduce(&total_wrong, &total_wrong, 1, DataType::kInt64, ReduceOp::kSum));
     Timing t;
     for (double x : us) t.mean_us += x / us.size();
     std::sort(us.begin(), us.end());
@@ -172,7 +174,9 @@ double reduce_expected(ReduceOp op, int ranks, size_t i) {
   double acc = pattern(0, i);
   for (int r = 1; r < ranks; ++r) {
     const double v = pattern(r, i);
-    acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMin ? std::min(acc, v) : std::max(acc, v);
+    acc = op == ReduceOp::kSum   ? acc + v
+          : op == ReduceOp::kMin ? std::min(acc, v)
+                                 : std::max(acc, v);
   }
   return acc;
 }
@@ -183,10 +187,14 @@ Result<std::vector<Row>> run_collective(Communicator& comm, const Options& optio
 
 double busbw_factor(Collective coll, int ranks) {
   switch (coll) {
-    case Collective::kAllreduce: return 2.0 * (ranks - 1) / ranks;
-    case Collective::kAllgather: return static_cast<double>(ranks - 1) / ranks;
-    case Collective::kBroadcast: return 1.0;
-    case Collective::kBarrier: return 0.0;
+    case Collective::kAllreduce:
+      return 2.0 * (ranks - 1) / ranks;
+    case Collective::kAllgather:
+      return static_cast<double>(ranks - 1) / ranks;
+    case Collective::kBroadcast:
+      return 1.0;
+    case Collective::kBarrier:
+      return 0.0;
   }
   return 0.0;
 }
@@ -200,7 +208,9 @@ std::vector<double> memcpy_gbps_samples(size_t bytes, int reps) {
     const auto t1 = Clock::now();
     // Touch the destination so the copy cannot be elided.
     a[i % bytes] = b[(i * 7919) % bytes];
-    if (i >= 2) out.push_back(static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count() / 1e9);
+    if (i >= 2)
+      out.push_back(static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count() /
+                    1e9);
   }
   return out;
 }

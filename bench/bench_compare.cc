@@ -61,7 +61,8 @@ Result<std::vector<CompareRow>> run_compare(Communicator& comm, const Options& o
         const auto t0 = Clock::now();
         EC_RETURN_IF_ERROR(libs[l](send, recv, count, o.type, o.op));
         const auto t1 = Clock::now();
-        if (it >= o.warmup) us[l].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        if (it >= o.warmup)
+          us[l].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       }
     }
     CompareRow row;
@@ -92,15 +93,19 @@ Result<std::vector<CompareRow>> run_compare(Communicator& comm, const Options& o
 
 void print_compare(FILE* out, const Options& o, int ranks, const std::string& transport,
                    const std::vector<Baseline>& baselines, const std::vector<CompareRow>& rows) {
-  std::fprintf(out, "# eagercomm-bench --compare: allreduce, %d processes, eagercomm transport %s, "
-               "%s %s\n", ranks, transport.c_str(), std::string(dtype_name(o.type)).c_str(),
+  std::fprintf(out,
+               "# eagercomm-bench --compare: allreduce, %d processes, eagercomm transport %s, "
+               "%s %s\n",
+               ranks, transport.c_str(), std::string(dtype_name(o.type)).c_str(),
                std::string(reduce_op_name(o.op)).c_str());
   for (const Baseline& b : baselines) {
     std::fprintf(out, "# %-5s %s\n", b.name.c_str(), b.description.c_str());
   }
-  std::fprintf(out, "# iterations %d (warm-up %d); each iteration runs every library in turn "
+  std::fprintf(out,
+               "# iterations %d (warm-up %d); each iteration runs every library in turn "
                "from an MPI_Barrier;\n# time = median over iterations of the slowest rank; "
-               "ratio = eagercomm / library (< 1: eagercomm faster)\n#\n", o.iters, o.warmup);
+               "ratio = eagercomm / library (< 1: eagercomm faster)\n#\n",
+               o.iters, o.warmup);
   std::fprintf(out, "#%11s %11s %11s", "size", "count", "eagercomm");
   for (const Baseline& b : baselines) std::fprintf(out, " %11s %9s", b.name.c_str(), "ratio");
   std::fprintf(out, " %6s\n#%11s %11s %11s", "#wrong", "(B)", "(elements)", "(us)");

@@ -85,7 +85,8 @@ Result<Samples> run_mode(Communicator& comm, const Options& o, const std::string
     const auto t0 = Clock::now();
     sleep_ms(d);
     if (baseline) {
-      EC_RETURN_IF_ERROR(baseline->allreduce(send.data(), recv.data(), count, o.type, ReduceOp::kSum));
+      EC_RETURN_IF_ERROR(
+          baseline->allreduce(send.data(), recv.data(), count, o.type, ReduceOp::kSum));
     } else if (!pa) {
       EC_RETURN_IF_ERROR(comm.allreduce(send.data(), recv.data(), count, o.type, ReduceOp::kSum));
     } else {
@@ -157,7 +158,8 @@ Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Option
         std::vector<double> mine = s.ms;
         mine.insert(mine.end(), s.delayed.begin(), s.delayed.end());
         std::vector<double> all(mine.size() * P);
-        EC_RETURN_IF_ERROR(comm.allgather(mine.data(), all.data(), mine.size(), DataType::kFloat64));
+        EC_RETURN_IF_ERROR(
+            comm.allgather(mine.data(), all.data(), mine.size(), DataType::kFloat64));
         std::vector<double> fast, slow;
         const size_t n = s.ms.size();
         for (int r = 0; r < P; ++r) {
@@ -197,12 +199,14 @@ void print_imbalance(FILE* out, const Options& o, int ranks, const std::string& 
                      const std::vector<Baseline>& baselines) {
   const bool vs = !baselines.empty();
   const std::string vs_name = vs ? baselines.front().name : "";
-  std::fprintf(out, "# eagercomm-bench --imbalance: %d ranks, transport %s, %s, pattern %s, "
+  std::fprintf(out,
+               "# eagercomm-bench --imbalance: %d ranks, transport %s, %s, pattern %s, "
                "%d delayed, %d iterations (warm-up %d), result depth %u, seed %llu\n",
                ranks, transport.c_str(), std::string(dtype_name(o.type)).c_str(),
                pattern_name(o.pattern), o.delayed, o.iters, o.warmup, o.result_depth,
                static_cast<unsigned long long>(o.seed));
-  std::fprintf(out, "# time per iteration (injected delay included) on ranks not delayed (fast) "
+  std::fprintf(out,
+               "# time per iteration (injected delay included) on ranks not delayed (fast) "
                "and delayed (slow) in that iteration\n");
   for (const Baseline& b : baselines) {
     std::fprintf(out, "# mode %s: %s's allreduce (%s)\n", b.name.c_str(), b.name.c_str(),
@@ -217,10 +221,9 @@ void print_imbalance(FILE* out, const Options& o, int ranks, const std::string& 
   if (vs) std::fprintf(out, " %7s", vs_name.c_str());
   std::fprintf(out, "\n");
   for (const ImbalanceRow& r : rows) {
-    std::fprintf(out, " %7.1f %10zu %12s %9.3f %9.3f %9.3f %9.3f %6.2f %7.2f %5d %7.2f",
-                 r.delay_ms, r.bytes, r.mode.c_str(), r.fast_median_ms, r.fast_p99_ms,
-                 r.slow_median_ms, r.slow_p99_ms, r.fresh_fraction, r.stale_mean, r.stale_max,
-                 r.vs_full);
+    std::fprintf(out, " %7.1f %10zu %12s %9.3f %9.3f %9.3f %9.3f %6.2f %7.2f %5d %7.2f", r.delay_ms,
+                 r.bytes, r.mode.c_str(), r.fast_median_ms, r.fast_p99_ms, r.slow_median_ms,
+                 r.slow_p99_ms, r.fresh_fraction, r.stale_mean, r.stale_max, r.vs_full);
     if (vs) std::fprintf(out, " %7.2f", r.vs_baseline);
     std::fprintf(out, "\n");
   }
@@ -248,10 +251,12 @@ std::string imbalance_json(const Options& o, int ranks, const std::string& trans
     s += i ? ",\n    " : "\n    ";
     s += "{\"delay_ms\": " + num(r.delay_ms) + ", \"bytes\": " + std::to_string(r.bytes) +
          ", \"mode\": \"" + r.mode + "\", \"fast_median_ms\": " + num(r.fast_median_ms) +
-         ", \"fast_p99_ms\": " + num(r.fast_p99_ms) + ", \"slow_median_ms\": " +
-         num(r.slow_median_ms) + ", \"slow_p99_ms\": " + num(r.slow_p99_ms) +
-         ", \"fresh_fraction\": " + num(r.fresh_fraction) + ", \"stale_mean\": " +
-         num(r.stale_mean) + ", \"stale_max\": " + std::to_string(r.stale_max) +
+         ", \"fast_p99_ms\": " + num(r.fast_p99_ms) +
+         ", \"slow_median_ms\": " + num(r.slow_median_ms) +
+         ", \"slow_p99_ms\": " + num(r.slow_p99_ms) +
+         ", \"fresh_fraction\": " + num(r.fresh_fraction) +
+         ", \"stale_mean\": " + num(r.stale_mean) +
+         ", \"stale_max\": " + std::to_string(r.stale_max) +
          ", \"rounds\": " + std::to_string(r.rounds) + ", \"vs_full\": " + num(r.vs_full) +
          ", \"vs_baseline\": " + num(r.vs_baseline) + "}";
   }

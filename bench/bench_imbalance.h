@@ -26,9 +26,9 @@ struct ImbalanceRow {
   double fresh_fraction = 1;  // mean over rounds of fresh contributions / P
   double stale_mean = 0;      // mean age in rounds of the data ranks contributed
   int stale_max = 0;
-  uint64_t rounds = 0;        // rounds delivered during the timed iterations
-  double vs_full = 0;         // fast_median_ms / the full allreduce's, same delay and size
-  double vs_baseline = 0;     // fast_median_ms / the first baseline's (--compare), else NaN
+  uint64_t rounds = 0;     // rounds delivered during the timed iterations
+  double vs_full = 0;      // fast_median_ms / the full allreduce's, same delay and size
+  double vs_baseline = 0;  // fast_median_ms / the first baseline's (--compare), else NaN
 };
 
 // The injected delay of `rank` in `iteration` (identical on every rank: shared PRNG).

@@ -12,20 +12,28 @@ namespace eagercomm::bench {
 
 const char* pattern_name(DelayPattern p) {
   switch (p) {
-    case DelayPattern::kFixed: return "fixed";
-    case DelayPattern::kRandom: return "random";
-    case DelayPattern::kLinear: return "linear";
-    case DelayPattern::kExp: return "exp";
+    case DelayPattern::kFixed:
+      return "fixed";
+    case DelayPattern::kRandom:
+      return "random";
+    case DelayPattern::kLinear:
+      return "linear";
+    case DelayPattern::kExp:
+      return "exp";
   }
   return "?";
 }
 
 const char* collective_name(Collective c) {
   switch (c) {
-    case Collective::kAllreduce: return "allreduce";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kAllgather: return "allgather";
-    case Collective::kBarrier: return "barrier";
+    case Collective::kAllreduce:
+      return "allreduce";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kAllgather:
+      return "allgather";
+    case Collective::kBarrier:
+      return "barrier";
   }
   return "?";
 }
@@ -57,7 +65,8 @@ void print_usage() {
       "      --delay-ms D[,D]  injected delay(s) in ms [20]\n"
       "      --delayed K       ranks delayed per iteration [1]\n"
       "      --pattern P       fixed | random | linear | exp [fixed]\n"
-      "      --modes LIST      of full, solo, majority, quorum, quorum:K, sync [full,solo,majority,quorum]\n"
+      "      --modes LIST      of full, solo, majority, quorum, quorum:K, sync "
+      "[full,solo,majority,quorum]\n"
       "      --seed N          shared PRNG seed [1]\n"
       "      --result-depth N  rounds a rank may hold before it holds the others back [16]\n"
       "  -h, --help\n"
@@ -117,7 +126,8 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
     const char* v = argv[++i];
     auto sized = [&](size_t* out) -> Status {
       Result<size_t> r = parse_size(v);
-      if (!r.ok()) return Status(r.status().code(), std::string(flag) + ": " + r.status().message());
+      if (!r.ok())
+        return Status(r.status().code(), std::string(flag) + ": " + r.status().message());
       *out = r.value();
       return Status::Ok();
     };
@@ -153,10 +163,14 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
       o.ranks_given = true;
     } else if (flag == "--world") {
       const std::string_view w = v;
-      if (w == "auto") o.world = WorldKind::kAuto;
-      else if (w == "threads") o.world = WorldKind::kThreads;
-      else if (w == "env") o.world = WorldKind::kEnv;
-      else if (w == "mpi") o.world = WorldKind::kMpi;
+      if (w == "auto")
+        o.world = WorldKind::kAuto;
+      else if (w == "threads")
+        o.world = WorldKind::kThreads;
+      else if (w == "env")
+        o.world = WorldKind::kEnv;
+      else if (w == "mpi")
+        o.world = WorldKind::kMpi;
       else {
         return make_status(StatusCode::kInvalidArgument,
                            "--world: '%s' is not one of auto|threads|env|mpi", v);
@@ -181,10 +195,14 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
       EC_ASSIGN_OR_RETURN(o.op, parse_reduce_op(v));
     } else if (flag == "--coll") {
       const std::string_view c = v;
-      if (c == "allreduce") o.coll = Collective::kAllreduce;
-      else if (c == "broadcast") o.coll = Collective::kBroadcast;
-      else if (c == "allgather") o.coll = Collective::kAllgather;
-      else if (c == "barrier") o.coll = Collective::kBarrier;
+      if (c == "allreduce")
+        o.coll = Collective::kAllreduce;
+      else if (c == "broadcast")
+        o.coll = Collective::kBroadcast;
+      else if (c == "allgather")
+        o.coll = Collective::kAllgather;
+      else if (c == "barrier")
+        o.coll = Collective::kBarrier;
       else {
         return make_status(StatusCode::kInvalidArgument,
                            "--coll: '%s' is not one of allreduce|broadcast|allgather|barrier", v);
@@ -207,10 +225,14 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
       o.delayed = static_cast<int>(n);
     } else if (flag == "--pattern") {
       const std::string_view p = v;
-      if (p == "fixed") o.pattern = DelayPattern::kFixed;
-      else if (p == "random") o.pattern = DelayPattern::kRandom;
-      else if (p == "linear") o.pattern = DelayPattern::kLinear;
-      else if (p == "exp") o.pattern = DelayPattern::kExp;
+      if (p == "fixed")
+        o.pattern = DelayPattern::kFixed;
+      else if (p == "random")
+        o.pattern = DelayPattern::kRandom;
+      else if (p == "linear")
+        o.pattern = DelayPattern::kLinear;
+      else if (p == "exp")
+        o.pattern = DelayPattern::kExp;
       else {
         return make_status(StatusCode::kInvalidArgument,
                            "--pattern: '%s' is not one of fixed|random|linear|exp", v);
@@ -221,7 +243,8 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
         if (m != "full" && m != "quorum" && !parse_partial_mode(m).ok()) {
           return make_status(StatusCode::kInvalidArgument,
                              "--modes: '%s' is not one of full, solo, majority, quorum, "
-                             "quorum:K, sync", m.c_str());
+                             "quorum:K, sync",
+                             m.c_str());
         }
       }
     } else if (flag == "--result-depth") {
@@ -248,8 +271,9 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
     }
     if (o.world == WorldKind::kAuto) o.world = WorldKind::kMpi;
     if (o.world != WorldKind::kMpi) {
-      return Status(StatusCode::kInvalidArgument,
-                    "--compare runs under mpirun (--world mpi): the baselines need MPI's processes");
+      return Status(
+          StatusCode::kInvalidArgument,
+          "--compare runs under mpirun (--world mpi): the baselines need MPI's processes");
     }
   }
   if (o.imbalance) {
@@ -276,8 +300,7 @@ Status check_for_ranks(const Options& o, int ranks) {
                        ranks);
   }
   if (o.p2p && ranks < 2) {
-    return make_status(StatusCode::kInvalidArgument, "--p2p needs 2 ranks, the job has %d",
-                       ranks);
+    return make_status(StatusCode::kInvalidArgument, "--p2p needs 2 ranks, the job has %d", ranks);
   }
   return Status::Ok();
 }

@@ -31,23 +31,23 @@ enum class WorldKind {
 
 struct Options {
   Collective coll = Collective::kAllreduce;
-  size_t min_bytes = 8;         // -b
-  size_t max_bytes = 64 << 20;  // -e
-  double factor = 2;            // -f
-  int iters = 20;               // -n
-  int warmup = 5;               // -w
-  bool check = true;            // -c
+  size_t min_bytes = 8;                // -b
+  size_t max_bytes = 64 << 20;         // -e
+  double factor = 2;                   // -f
+  int iters = 20;                      // -n
+  int warmup = 5;                      // -w
+  bool check = true;                   // -c
   DataType type = DataType::kFloat32;  // -d
   ReduceOp op = ReduceOp::kSum;        // -o
-  int root = 0;                 // -r
-  int ranks = 4;                // -p / --ranks: in-process ranks
+  int root = 0;                        // -r
+  int ranks = 4;                       // -p / --ranks: in-process ranks
   bool ranks_given = false;
   WorldKind world = WorldKind::kAuto;  // --world
   std::vector<std::string> compare;    // --compare mpi,gloo: baselines run alongside
   bool p2p = false;                    // --p2p: transport write+notify latency / bandwidth
   int window = 64;                     // --window: writes in flight in the p2p bandwidth test
-  bool in_place = true;         // -I 0 skips the in-place columns
-  std::string json;             // --json FILE ("-": stdout instead of the table)
+  bool in_place = true;                // -I 0 skips the in-place columns
+  std::string json;                    // --json FILE ("-": stdout instead of the table)
 
   // --imbalance: partial collectives against the full allreduce under injected delays.
   bool imbalance = false;
@@ -55,8 +55,8 @@ struct Options {
   int delayed = 1;                       // --delayed K
   DelayPattern pattern = DelayPattern::kFixed;
   std::vector<std::string> modes = {"full", "solo", "majority", "quorum"};  // --modes
-  uint64_t seed = 1;                     // --seed
-  uint32_t result_depth = 16;            // --result-depth (partial allreduce option)
+  uint64_t seed = 1;                                                        // --seed
+  uint32_t result_depth = 16;  // --result-depth (partial allreduce option)
 };
 
 const char* pattern_name(DelayPattern p);

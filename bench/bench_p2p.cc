@@ -50,8 +50,8 @@ class Endpoint {
       if ((spins & 1023) == 1023 && notified_ < n && Clock::now() > deadline) {
         return make_status(StatusCode::kTimeout,
                            "p2p: rank %d saw %llu of %llu notifications from rank %d within "
-                           "EAGERCOMM_TIMEOUT", t_.rank(),
-                           static_cast<unsigned long long>(notified_),
+                           "EAGERCOMM_TIMEOUT",
+                           t_.rank(), static_cast<unsigned long long>(notified_),
                            static_cast<unsigned long long>(n), peer_);
       }
     }
@@ -126,7 +126,8 @@ Result<std::vector<P2pRow>> measure(Endpoint& ep, int rank, const Options& o) {
     for (int r = -1; r < rounds; ++r) {  // round -1 warms up
       if (r == 0) t0 = Clock::now();
       if (rank == 0) {
-        for (int w = 0; w < o.window; ++w) EC_RETURN_IF_ERROR(ep.write(bytes, static_cast<uint32_t>(w)));
+        for (int w = 0; w < o.window; ++w)
+          EC_RETURN_IF_ERROR(ep.write(bytes, static_cast<uint32_t>(w)));
         EC_RETURN_IF_ERROR(ep.await_notifications(1));
       } else {
         EC_RETURN_IF_ERROR(ep.await_notifications(static_cast<uint64_t>(o.window)));
@@ -184,7 +185,8 @@ Result<P2pReport> run_p2p(const Options& o) {
   const int peer = 1 - rank;
   EC_ASSIGN_OR_RETURN(std::unique_ptr<MemoryRegion> region,
                       t->allocate(std::max<size_t>(o.max_bytes, 8), MemoryKind::kHost));
-  const std::string mine = scope + "/" + std::to_string(rank), theirs = scope + "/" + std::to_string(peer);
+  const std::string mine = scope + "/" + std::to_string(rank),
+                    theirs = scope + "/" + std::to_string(peer);
   EC_RETURN_IF_ERROR(store.set(mine + "/address", t->local_address()));
   EC_RETURN_IF_ERROR(store.set(mine + "/key", region->remote_key()));
   EC_RETURN_IF_ERROR(wait_key(store, theirs + "/key", timeout, "address", peer));
@@ -212,14 +214,17 @@ Result<P2pReport> run_p2p(const Options& o) {
 }
 
 void print_p2p(FILE* out, const Options& o, const P2pReport& r) {
-  std::fprintf(out, "# eagercomm-bench --p2p: transport %s, rank 0 <-> rank 1 (job of %d), "
-               "transport-allocated regions\n", r.transport.c_str(), r.ranks);
-  std::fprintf(out, "# latency: half the median round trip of write+notify ping-pong over %d "
+  std::fprintf(out,
+               "# eagercomm-bench --p2p: transport %s, rank 0 <-> rank 1 (job of %d), "
+               "transport-allocated regions\n",
+               r.transport.c_str(), r.ranks);
+  std::fprintf(out,
+               "# latency: half the median round trip of write+notify ping-pong over %d "
                "iterations (warm-up %d)\n# bandwidth: %d writes in flight, then one "
-               "acknowledgement\n#\n", o.iters, o.warmup, o.window);
-  std::fprintf(out, "#%11s %12s %12s %12s %12s\n#%11s %12s %12s %12s %12s\n", "size",
-               "latency", "lat mean", "lat p99", "bandwidth", "(B)", "(us)", "(us)", "(us)",
-               "(GB/s)");
+               "acknowledgement\n#\n",
+               o.iters, o.warmup, o.window);
+  std::fprintf(out, "#%11s %12s %12s %12s %12s\n#%11s %12s %12s %12s %12s\n", "size", "latency",
+               "lat mean", "lat p99", "bandwidth", "(B)", "(us)", "(us)", "(us)", "(GB/s)");
   for (const P2pRow& row : r.rows) {
     std::fprintf(out, " %11zu %12.3f %12.3f %12.3f %12.3f\n", row.bytes, row.latency_us,
                  row.latency_mean_us, row.latency_p99_us, row.bandwidth_gbps);
@@ -238,8 +243,7 @@ std::string p2p_json(const Options& o, const P2pReport& r) {
                   "{\"bytes\": %zu, \"latency_us\": %.6g, \"latency_mean_us\": %.6g, "
                   "\"latency_p99_us\": %.6g, \"bandwidth_gbps\": %.6g}",
                   r.rows[i].bytes, r.rows[i].latency_us, r.rows[i].latency_mean_us,
-                  r.rows[i].latency_p99_us,
-                  r.rows[i].bandwidth_gbps);
+                  r.rows[i].latency_p99_us, r.rows[i].bandwidth_gbps);
     s += (i ? ",\n    " : "\n    ") + std::string(b);
   }
   s += "\n  ]\n}\n";

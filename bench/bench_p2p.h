@@ -20,7 +20,7 @@ namespace eagercomm::bench {
 
 struct P2pRow {
   size_t bytes = 0;
-  double latency_us = 0;  // one way: half the median round trip
+  double latency_us = 0;       // one way: half the median round trip
   double latency_mean_us = 0;  // half the mean round trip (what ucx_perftest calls average)
   double latency_p99_us = 0;
   double bandwidth_gbps = 0;

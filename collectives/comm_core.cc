@@ -27,8 +27,8 @@ CommCore::~CommCore() {
   if (transport_) transport_->close();
 }
 
-Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::string& scope,
-                                                   int rank, int size, const Config& config,
+Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::string& scope, int rank,
+                                                   int size, const Config& config,
                                                    bool in_process) {
   if (size < 1 || rank < 0 || rank >= size) {
     return make_status(StatusCode::kInvalidArgument, "communicator: rank %d of size %d", rank,
@@ -44,10 +44,11 @@ Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::stri
   }
   core->engine_ = std::make_unique<Engine>(*core, EngineOptions{config.spin, rank});
   if (config.progress_thread == ProgressThreadMode::kOn) core->engine_->start_thread();
-  EC_INFO(kInit, "communicator rank %d of %d ready on transport %s (%s stores, %u slots of %zu "
+  EC_INFO(kInit,
+          "communicator rank %d of %d ready on transport %s (%s stores, %u slots of %zu "
           "bytes per peer)",
-          rank, size, core->transport_name_.c_str(),
-          core->mailbox_->direct() ? "direct" : "staged", config.slots, config.slot_bytes);
+          rank, size, core->transport_name_.c_str(), core->mailbox_->direct() ? "direct" : "staged",
+          config.slots, config.slot_bytes);
   return core;
 }
 
@@ -64,8 +65,8 @@ Status CommCore::setup(Store& store, const std::string& scope, bool in_process) 
 
 Status CommCore::join(Store& store, const std::string& scope) {
   const std::string p = scope + "/";
-  EC_RETURN_IF_ERROR(store.set(p + "size/" + std::to_string(rank_),
-                               to_bytes(std::to_string(size_))));
+  EC_RETURN_IF_ERROR(
+      store.set(p + "size/" + std::to_string(rank_), to_bytes(std::to_string(size_))));
   // Rank 0 exists in every world: comparing sizes with it first turns "started with different
   // world sizes" into an immediate error instead of a wait for ranks that will never come.
   if (rank_ != 0) {
@@ -78,12 +79,12 @@ Status CommCore::join(Store& store, const std::string& scope) {
   }
   EC_RETURN_IF_ERROR(wait_for_all(store, scope, "size/"));
   for (int peer = 0; peer < size_; ++peer) {
-    EC_ASSIGN_OR_RETURN(Bytes psize, store.get(p + "size/" + std::to_string(peer),
-                                               config_.timeout));
+    EC_ASSIGN_OR_RETURN(Bytes psize,
+                        store.get(p + "size/" + std::to_string(peer), config_.timeout));
     if (to_string(psize) != std::to_string(size_)) {
       return make_status(StatusCode::kMismatch,
-                         "bootstrap: rank %d was started with world size %s, rank %d with %d",
-                         peer, to_string(psize).c_str(), rank_, size_);
+                         "bootstrap: rank %d was started with world size %s, rank %d with %d", peer,
+                         to_string(psize).c_str(), rank_, size_);
     }
   }
   return Status::Ok();
@@ -105,8 +106,8 @@ Status CommCore::wait_for_all(Store& store, const std::string& scope, const std:
       for (int peer = 0; peer < size_; ++peer) {
         auto why = store.get(p + "failed/" + std::to_string(peer), std::chrono::milliseconds(1));
         if (why.ok()) {
-          return make_status(StatusCode::kPeerFailed, "bootstrap: rank %d failed to join: %s",
-                             peer, to_string(why.value()).c_str());
+          return make_status(StatusCode::kPeerFailed, "bootstrap: rank %d failed to join: %s", peer,
+                             to_string(why.value()).c_str());
         }
       }
     }
@@ -307,8 +308,8 @@ void CommCore::dispatch(InMessage* m) {
   auto op_error_status = [&] {
     const size_t n = std::min<size_t>(m->payload_bytes, 4096);
     std::string text(reinterpret_cast<const char*>(m->payload), n);
-    const auto code = is_valid_status_code(h.a) ? static_cast<StatusCode>(h.a)
-                                                : StatusCode::kPeerFailed;
+    const auto code =
+        is_valid_status_code(h.a) ? static_cast<StatusCode>(h.a) : StatusCode::kPeerFailed;
     return Status(code, text);
   };
   if (draining_.count(h.key)) {
@@ -376,7 +377,8 @@ void CommCore::dispatch(InMessage* m) {
                       "_ALGO and *_BYTES settings must be the same on every rank",
                       describe(mine).c_str(), seq_text(key_seq(h.key)).c_str(), m->peer, rank_);
     } else {
-      s = make_status(StatusCode::kMismatch, "collective %s: rank %d called %s but rank %d called %s",
+      s = make_status(StatusCode::kMismatch,
+                      "collective %s: rank %d called %s but rank %d called %s",
                       seq_text(key_seq(h.key)).c_str(), m->peer, describe(h.sig).c_str(), rank_,
                       describe(mine).c_str());
     }
@@ -403,8 +405,8 @@ Status CommCore::gone_status(uint64_t seq) const {
   for (int peer = 0; peer < size_; ++peer) {
     if (gone_from_[peer] >= 0 && seq >= static_cast<uint64_t>(gone_from_[peer])) {
       return make_status(StatusCode::kPeerFailed,
-                         "rank %d destroyed its communicator before finishing collective %s",
-                         peer, seq_text(seq).c_str());
+                         "rank %d destroyed its communicator before finishing collective %s", peer,
+                         seq_text(seq).c_str());
     }
   }
   return Status::Ok();
@@ -423,8 +425,8 @@ void CommCore::on_peer_exit(int peer, uint32_t low_seq) {
   // The leaver stopped touching this rank's buffers before it said goodbye (same thread, and
   // the notice follows its last write in the per-pair order).
   release_lender(peer, std::nullopt);
-  const Status why = make_status(StatusCode::kPeerFailed, "rank %d destroyed its communicator",
-                                 peer);
+  const Status why =
+      make_status(StatusCode::kPeerFailed, "rank %d destroyed its communicator", peer);
   for (auto& [id, handler] : streams_) handler->on_peer_gone(peer, why);
 }
 
@@ -449,8 +451,8 @@ void CommCore::fail(Op* op, const Status& status, bool tell_peers, int stopped_p
                              (tell_peers ? " reported: " : " stopped: ") + status.message();
     // The cause travels on (a mismatch stays a mismatch); this rank's own abort is, for the
     // peers, a peer failure.
-    const auto code = status.code() == StatusCode::kAborted ? StatusCode::kPeerFailed
-                                                            : status.code();
+    const auto code =
+        status.code() == StatusCode::kAborted ? StatusCode::kPeerFailed : status.code();
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_ || (gone_from_[peer] >= 0 && !shares)) continue;
       MsgHeader h;
@@ -579,8 +581,10 @@ void CommCore::destroy() {
     std::vector<Op*> doomed = active_;
     for (Op* op : doomed) {
       fail(op,
-           make_status(StatusCode::kAborted, "the communicator was destroyed while %s %s was in "
-                       "flight", describe(op->sig()).c_str(), seq_text(key_seq(op->key())).c_str()),
+           make_status(StatusCode::kAborted,
+                       "the communicator was destroyed while %s %s was in "
+                       "flight",
+                       describe(op->sig()).c_str(), seq_text(key_seq(op->key())).c_str()),
            false);
     }
     for (auto& [seq, op] : waiting_) {
@@ -597,8 +601,8 @@ void CommCore::destroy() {
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       Status s = mailbox_->send_control(peer, (kControlPeerExit << 24) | (lowest & 0xffffffu));
-      if (!s.ok()) EC_DEBUG(kColl, "rank %d: exit notice to rank %d: %s", rank_, peer,
-                            s.to_string().c_str());
+      if (!s.ok())
+        EC_DEBUG(kColl, "rank %d: exit notice to rank %d: %s", rank_, peer, s.to_string().c_str());
     }
     // Peers' queues may be full for a moment; give the notices a bounded chance to go out.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
@@ -616,9 +620,10 @@ void CommCore::drain_lent_buffers() {
   // Operations failed above that lent buffers to peers (direct allreduce) wait for those peers
   // to stop using them: the caller may free the buffers as soon as destroy() returns. Bounded,
   // because a dead peer writes nothing and never answers.
-  const auto limit = config_.timeout > std::chrono::nanoseconds::zero()
-                         ? std::min<std::chrono::nanoseconds>(config_.timeout, std::chrono::seconds(10))
-                         : std::chrono::seconds(10);
+  const auto limit =
+      config_.timeout > std::chrono::nanoseconds::zero()
+          ? std::min<std::chrono::nanoseconds>(config_.timeout, std::chrono::seconds(10))
+          : std::chrono::seconds(10);
   const auto deadline = std::chrono::steady_clock::now() + limit;
   if (!draining_.empty()) {
     EC_DEBUG(kColl, "rank %d: waiting for peers to stop using the buffers of %zu collectives",
@@ -634,8 +639,10 @@ void CommCore::drain_lent_buffers() {
     if (n == 0) transport_->wait(std::chrono::milliseconds(1));
   }
   if (!draining_.empty()) {
-    EC_WARN(kColl, "rank %d: destroyed with %zu collectives whose peers did not confirm they "
-            "stopped using this rank's buffers", rank_, draining_.size());
+    EC_WARN(kColl,
+            "rank %d: destroyed with %zu collectives whose peers did not confirm they "
+            "stopped using this rank's buffers",
+            rank_, draining_.size());
     std::map<OpKey, Draining> left = std::move(draining_);
     draining_.clear();
     for (auto& [key, d] : left) complete_op(d.op, d.status);

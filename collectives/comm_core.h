@@ -7,8 +7,8 @@
 
 #include <atomic>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -133,8 +133,8 @@ class CommCore final : public ProgressSource {
   std::atomic<int> submitting_{0};  // submit() calls in progress, drained by destroy()
 
   // Engine side (current driver only).
-  uint64_t begun_ = 0;                       // every sequence below has begun
-  std::map<uint64_t, Op*> waiting_;          // submitted out of order (several app threads)
+  uint64_t begun_ = 0;               // every sequence below has begun
+  std::map<uint64_t, Op*> waiting_;  // submitted out of order (several app threads)
   std::vector<Op*> active_;
   std::unordered_map<OpKey, Op*> by_key_;
   // Messages for operations not begun yet, in arrival order. A flat vector (few entries: at
@@ -142,8 +142,8 @@ class CommCore final : public ProgressSource {
   // nothing once warm.
   std::vector<std::pair<OpKey, InMessage*>> unexpected_;
   std::vector<InMessage*> unexpected_scratch_;
-  std::map<OpKey, Status> failed_early_;                 // errors for operations not begun yet
-  std::vector<int64_t> gone_from_;           // per peer: first sequence it will never run (-1)
+  std::map<OpKey, Status> failed_early_;  // errors for operations not begun yet
+  std::vector<int64_t> gone_from_;        // per peer: first sequence it will never run (-1)
   // Header-only or short text messages waiting for a free slot at their peer.
   struct Outgoing {
     int peer;

@@ -30,8 +30,9 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 Result<size_t> check_buffer(const char* what, const void* ptr, size_t count, DataType type,
                             int rank) {
   if (!is_valid_dtype(static_cast<uint32_t>(type))) {
-    return make_status(StatusCode::kInvalidArgument, "%s on rank %d: data type %u is not a DataType",
-                       what, rank, static_cast<unsigned>(type));
+    return make_status(StatusCode::kInvalidArgument,
+                       "%s on rank %d: data type %u is not a DataType", what, rank,
+                       static_cast<unsigned>(type));
   }
   const size_t es = dtype_size(type);
   if (count > SIZE_MAX / es / 2) {
@@ -64,8 +65,8 @@ Status Request::wait(std::chrono::nanoseconds timeout) {
   if (!core_->engine().wait([op] { return op->done(); }, deadline_after(timeout))) {
     return make_status(StatusCode::kTimeout, "%s #%llu on rank %d did not finish within %s",
                        detail::describe(op->sig()).c_str(),
-                       static_cast<unsigned long long>(detail::key_seq(op->key())),
-                       core_->rank(), format_duration(timeout).c_str());
+                       static_cast<unsigned long long>(detail::key_seq(op->key())), core_->rank(),
+                       format_duration(timeout).c_str());
   }
   return op->status();
 }
@@ -90,9 +91,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Store& store, int ran
     config = &process.value();
   }
   log_set_thread_rank(rank);
-  EC_ASSIGN_OR_RETURN(std::shared_ptr<detail::CommCore> core,
-                      detail::CommCore::create(store, options.scope, rank, size, *config,
-                                               options.in_process));
+  EC_ASSIGN_OR_RETURN(
+      std::shared_ptr<detail::CommCore> core,
+      detail::CommCore::create(store, options.scope, rank, size, *config, options.in_process));
   return std::unique_ptr<Communicator>(new Communicator(std::move(core)));
 }
 
@@ -107,15 +108,15 @@ Result<std::unique_ptr<Communicator>> communicator_from_store(std::unique_ptr<St
   return comm;
 }
 
+Result<Config> effective_config(const CommunicatorOptions& options) {
+  if (options.config != nullptr) return *options.config;
+  const Result<Config>& process = Config::process();
+  if (!process.ok()) return process.status();
+  return process.value();
+}
+
 Result<std::unique_ptr<Communicator>> Communicator::from_env(const CommunicatorOptions& options) {
-  Config config;
-  if (options.config != nullptr) {
-    config = *options.config;
-  } else {
-    const Result<Config>& process = Config::process();
-    if (!process.ok()) return process.status();
-    config = process.value();
-  }
+  EC_ASSIGN_OR_RETURN(Config config, effective_config(options));
   EC_ASSIGN_OR_RETURN(JobBootstrap job, join_job(config));
   log_set_thread_rank(job.info.rank);
   // Transports name shared resources after the job (shm segments), so they see the job id.
@@ -168,9 +169,9 @@ Result<Request> Communicator::allreduce_async(const void* send, void* recv, size
                            "allreduce on rank %d: reduction operator %u is not a ReduceOp", rank(),
                            static_cast<unsigned>(op));
   } else if (send != recv && overlaps(send, *bytes, recv, *bytes)) {
-    precheck = make_status(StatusCode::kInvalidArgument,
-                           "allreduce on rank %d: send and receive buffers partially overlap",
-                           rank());
+    precheck =
+        make_status(StatusCode::kInvalidArgument,
+                    "allreduce on rank %d: send and receive buffers partially overlap", rank());
   }
   const size_t n = bytes.ok() ? *bytes : 0;
   sig.reserved = static_cast<uint8_t>(detail::choose_allreduce(
@@ -228,8 +229,8 @@ Result<Request> Communicator::allgather_async(const void* send, void* recv, size
   Status precheck;
   Result<size_t> bytes = check_buffer("allgather", send, count, type, rank());
   if (bytes.ok() && count > SIZE_MAX / dtype_size(type) / 2 / static_cast<size_t>(size())) {
-    bytes = make_status(StatusCode::kInvalidArgument, "allgather on rank %d: count %zu is too large",
-                        rank(), count);
+    bytes = make_status(StatusCode::kInvalidArgument,
+                        "allgather on rank %d: count %zu is too large", rank(), count);
   }
   if (bytes.ok()) bytes = check_buffer("allgather", recv, count * size(), type, rank());
   if (!bytes.ok()) {

@@ -81,10 +81,10 @@ struct CommunicatorStats {
   uint64_t ops_failed = 0;
   uint64_t messages_sent = 0;
   uint64_t messages_received = 0;
-  uint64_t spills = 0;            // messages copied out of a mailbox slot to keep a peer going
-  uint64_t deferred_sends = 0;    // sends retried after transport back-pressure
+  uint64_t spills = 0;          // messages copied out of a mailbox slot to keep a peer going
+  uint64_t deferred_sends = 0;  // sends retried after transport back-pressure
   uint64_t unexpected_messages = 0;
-  uint64_t engine_blocks = 0;     // times a driver went to sleep waiting for peers
+  uint64_t engine_blocks = 0;  // times a driver went to sleep waiting for peers
 };
 
 class PartialAllreduce;
@@ -153,6 +153,10 @@ class Communicator {
   Result<Request> submit(std::shared_ptr<detail::Op> op);
   std::shared_ptr<detail::CommCore> core_;
 };
+
+// The configuration a communicator made with `options` uses: options.config, else the
+// process's EAGERCOMM_* table (whose error, if it has one, is returned).
+Result<Config> effective_config(const CommunicatorOptions& options);
 
 // Joins through `store` (kept by the communicator) as create() does; `server` (may be null) is
 // kept alive with it. For launch paths that set up their own store (from_env, from_mpi).

@@ -54,8 +54,7 @@ void Engine::release() {
   state_.notify_all();
 }
 
-bool Engine::drive(const std::function<bool()>& stop, Clock::time_point deadline,
-                   bool may_block) {
+bool Engine::drive(const std::function<bool()>& stop, Clock::time_point deadline, bool may_block) {
   // The clock is read only while idle: a pass that made progress starts a new idle period
   // whose start is taken at its first idle pass (time_point{}: not started).
   Clock::time_point idle_since{};
@@ -126,8 +125,7 @@ bool Engine::wait(const std::function<bool()>& done, Clock::time_point deadline)
       const bool ok = drive(done, deadline, /*may_block=*/true);
       // Only the progress thread reads it; the clock costs ~25 ns, a tenth of a small op.
       if (has_thread()) {
-        app_released_at_.store(Clock::now().time_since_epoch().count(),
-                               std::memory_order_release);
+        app_released_at_.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
       }
       release();
       if (ok) return true;

@@ -28,6 +28,7 @@
 
 #include "runtime/config.h"
 #include "runtime/log.h"
+#include "runtime/unique_fd.h"
 
 namespace eagercomm {
 namespace {
@@ -73,32 +74,6 @@ constexpr nanoseconds kCancelGrace = std::chrono::seconds(2);
 constexpr nanoseconds kMinHelloTime = std::chrono::seconds(1);
 
 // ---- small RAII and I/O helpers ----
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // Milliseconds for poll() until `deadline` (rounded up; -1 for "never").
 int poll_timeout_ms(Clock::time_point deadline) {
@@ -265,7 +240,7 @@ namespace {
 
 struct Conn {
   uint64_t id = 0;
-  Fd fd;
+  UniqueFd fd;
   std::string peer;  // "ip:port", for the log
   bool authed = false;
   bool closing = false;     // answered a refused hello: close once the answer is out
@@ -291,8 +266,8 @@ using WaiterId = std::pair<uint64_t, uint64_t>;  // (connection id, request id)
 }  // namespace
 
 struct TcpStoreServer::Impl {
-  Fd listen_fd;
-  Fd wake_fd;  // eventfd: the destructor's stop signal
+  UniqueFd listen_fd;
+  UniqueFd wake_fd;  // eventfd: the destructor's stop signal
   std::atomic<bool> stop{false};
   std::string token;
   Options options;
@@ -650,7 +625,7 @@ void TcpStoreServer::Impl::accept_all() {
       accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
       return;
     }
-    Fd owned(fd);
+    UniqueFd owned(fd);
     const std::string peer = sockaddr_text(addr);
     if (conns.size() >= options.max_connections) {
       EC_WARN(kBoot, "%s: refusing client %s: already %zu connections", name.c_str(), peer.c_str(),
@@ -826,7 +801,7 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string&
     EC_ERROR(kBoot, "%s", s.message().c_str());
     return s;
   };
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return io_error("cannot create a socket");
   const int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -839,7 +814,7 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string&
   if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
     return io_error("cannot read the bound port");
   }
-  Fd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) return io_error("cannot create an eventfd");
 
   auto impl = std::make_unique<Impl>();
@@ -858,7 +833,7 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const std::string&
 // ======================================= client =======================================
 
 struct TcpStore::Connection {
-  Fd fd;
+  UniqueFd fd;
   std::string address;       // "host:port"
   std::vector<uint8_t> in;   // bytes received, not yet a whole frame
   bool eof = false;          // the store closed its end (frames before that still count)
@@ -1159,8 +1134,8 @@ namespace {
 
 // One TCP connection attempt to any address of host:port by `deadline`. `cause` gets why it
 // failed; a non-ok Status means retrying cannot help (the host does not resolve).
-Status try_connect(const std::string& host, uint16_t port, Clock::time_point deadline, Fd& out,
-                   std::string& cause) {
+Status try_connect(const std::string& host, uint16_t port, Clock::time_point deadline,
+                   UniqueFd& out, std::string& cause) {
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
@@ -1177,7 +1152,8 @@ Status try_connect(const std::string& host, uint16_t port, Clock::time_point dea
                        host.c_str(), rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
   }
   for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    UniqueFd fd(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) {
       cause = std::string("socket: ") + strerror(errno);
       continue;
@@ -1298,7 +1274,7 @@ Result<std::unique_ptr<TcpStore>> TcpStore::connect(const std::string& host, uin
   auto pause = std::chrono::milliseconds(10);
   std::string cause = "no attempt finished";
   for (int attempt = 1;; ++attempt) {
-    Fd fd;
+    UniqueFd fd;
     Status resolved = try_connect(host, port, deadline, fd, cause);
     if (!resolved.ok()) return fail(resolved);
     if (fd.valid()) {

@@ -178,7 +178,8 @@ TEST(MultiProcess, StagedPathTinySlotsAndForcedAlgorithms) {
     ASSERT_NE(c, nullptr);
     for (size_t count : {size_t{1}, size_t{3000}, size_t{70001}}) {
       std::vector<uint8_t> in = filled(DataType::kFloat32, count, r, count);
-      ASSERT_TRUE(c->allreduce(in.data(), in.data(), count, DataType::kFloat32, ReduceOp::kSum).ok())
+      ASSERT_TRUE(
+          c->allreduce(in.data(), in.data(), count, DataType::kFloat32, ReduceOp::kSum).ok())
           << algo;
       for (size_t i = 0; i < count; ++i) {
         double expect = 0;
@@ -199,8 +200,8 @@ TEST(MultiProcess, ProgressThreadDrivesWhileTheApplicationComputes) {
   ASSERT_NE(c, nullptr);
   const int P = c->size();
   std::vector<float> buf(200000, 1.0f);
-  auto req = c->allreduce_async(buf.data(), buf.data(), buf.size(), DataType::kFloat32,
-                                ReduceOp::kSum);
+  auto req =
+      c->allreduce_async(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
   ASSERT_TRUE(req.ok());
   // "Compute" without touching the communicator: the progress thread finishes the collective.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -265,7 +266,8 @@ void check_partial(const Scenario& s) {
   uint64_t hash = 1469598103934665603ull;
   for (const Received& x : me.results) {
     const auto* p = reinterpret_cast<const uint8_t*>(x.data.data());
-    for (size_t i = 0; i < x.data.size() * sizeof(float); ++i) hash = (hash ^ p[i]) * 1099511628211ull;
+    for (size_t i = 0; i < x.data.size() * sizeof(float); ++i)
+      hash = (hash ^ p[i]) * 1099511628211ull;
     for (int f : x.fresh) hash = (hash ^ static_cast<uint64_t>(f)) * 1099511628211ull;
     hash = (hash ^ x.round) * 1099511628211ull;
   }
@@ -279,8 +281,8 @@ void check_partial(const Scenario& s) {
     for (size_t j = 0; j < s.count; ++j) results[j] += x.data[j];
   }
   std::vector<double> posted = me.posted;
-  ASSERT_TRUE(c.allreduce(posted.data(), posted.data(), s.count, DataType::kFloat64,
-                          ReduceOp::kSum).ok());
+  ASSERT_TRUE(
+      c.allreduce(posted.data(), posted.data(), s.count, DataType::kFloat64, ReduceOp::kSum).ok());
   for (size_t j = 0; j < s.count; ++j) ASSERT_EQ(results[j], posted[j]) << s.mode.name();
 }
 
@@ -312,7 +314,8 @@ TEST(MultiProcess, PartialDropPolicyAndSyncEvery) {
     ASSERT_TRUE(me.error.ok()) << me.error.to_string();
     // Every post is either in a round or counted as dropped.
     int64_t accounted = static_cast<int64_t>(me.posts + me.dropped);
-    ASSERT_TRUE(g_comm->allreduce(&accounted, &accounted, 1, DataType::kInt64, ReduceOp::kSum).ok());
+    ASSERT_TRUE(
+        g_comm->allreduce(&accounted, &accounted, 1, DataType::kInt64, ReduceOp::kSum).ok());
     EXPECT_EQ(accounted, int64_t{80} * P);
   }
   {
@@ -330,7 +333,9 @@ TEST(MultiProcess, PartialDropPolicyAndSyncEvery) {
     for (const Received& x : me.results) {
       if (x.round >= static_cast<uint64_t>(checked)) break;
       ASSERT_LT(x.max_age, 4) << "round " << x.round;
-      if ((x.round + 1) % 4 == 0) ASSERT_EQ(x.fresh_count, P) << "round " << x.round;
+      if ((x.round + 1) % 4 == 0) {
+        ASSERT_EQ(x.fresh_count, P) << "round " << x.round;
+      }
     }
   }
 }
@@ -339,8 +344,8 @@ TEST(MultiProcess, PartialRanksThatCreateWithDifferentCountsAllFail) {
   Communicator& c = *g_comm;
   const int P = c.size(), r = c.rank();
   if (P < 2) GTEST_SKIP() << "needs two ranks";
-  auto bad = PartialAllreduce::create(c, r == P - 1 ? 11 : 10, DataType::kFloat32,
-                                      PartialMode::solo());
+  auto bad =
+      PartialAllreduce::create(c, r == P - 1 ? 11 : 10, DataType::kFloat32, PartialMode::solo());
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kMismatch) << bad.status().to_string();
   EXPECT_NE(bad.status().message().find("rank " + std::to_string(P - 1)), std::string::npos)

@@ -19,13 +19,13 @@ struct Scenario {
   int ranks = 4;
   PartialMode mode = PartialMode::solo();
   PartialOptions options;
-  int iterations = 200;   // posts per rank
+  int iterations = 200;  // posts per rank
   size_t count = 37;
   double delay_probability = 0.3;
   int max_delay_us = 800;
   uint64_t seed = 1;
-  bool ones = false;      // every gradient all ones (drop accounting)
-  int slow_rank = -1;     // this rank sleeps slow_delay_ms before every post
+  bool ones = false;   // every gradient all ones (drop accounting)
+  int slow_rank = -1;  // this rank sleeps slow_delay_ms before every post
   int slow_delay_ms = 0;
   int slow_iterations = -1;  // the slow rank's posts (-1: iterations)
   std::vector<std::pair<std::string, std::string>> config;
@@ -84,7 +84,7 @@ inline RankRecord run_rank(int rank, Communicator& comm, const Scenario& s) {
   std::mt19937_64 rng(s.seed * 1000003 + rank);
   std::uniform_real_distribution<double> coin(0, 1);
   std::vector<float> grad(s.count);
-  std::function<void(RoundResult&&)> take = [&](RoundResult&& r) {
+  std::function<void(RoundResult &&)> take = [&](RoundResult&& r) {
     me.results.push_back(copy_result(r, comm.size()));
   };
   const int my_iterations =
@@ -126,8 +126,8 @@ inline RankRecord run_rank(int rank, Communicator& comm, const Scenario& s) {
       take(std::move(r.value()));
     }
   }
-  me.loop_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                   .count();
+  me.loop_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   me.activated_at_flush = pa.stats().rounds_activated;
   auto f = pa.flush(take);
   if (!f.ok()) {

@@ -23,8 +23,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <string>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -424,7 +424,8 @@ TEST(ShmTransport, NoWakeUpIsLostWhenNotificationsRaceTheSleep) {
       if (sends) {
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
         Status s;
-        while ((s = c.t->notify(1 - c.rank, static_cast<uint32_t>(i))).code() == StatusCode::kBusy) {
+        while ((s = c.t->notify(1 - c.rank, static_cast<uint32_t>(i))).code() ==
+               StatusCode::kBusy) {
         }
         CHILD_OK(s);
         continue;

@@ -28,8 +28,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <string>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 

@@ -45,6 +45,7 @@
 
 #include "runtime/config.h"
 #include "runtime/tcp_store.h"
+#include "runtime/unique_fd.h"
 
 extern char** environ;  // POSIX: the process environment, declared by no standard header.
 
@@ -201,38 +202,14 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
 
 // ---- small RAII helpers ----
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
 struct Pipe {
-  Fd read, write;
+  UniqueFd read, write;
 };
 
 std::optional<Pipe> make_pipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;
-  return Pipe{Fd(fds[0]), Fd(fds[1])};
+  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
 // Writes everything unless the destination is gone (EPIPE: output is then dropped quietly).
@@ -291,7 +268,7 @@ Result<std::string> resolve_program(const std::string& prog) {
 }
 
 Result<std::string> random_hex(size_t bytes) {
-  Fd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     return make_status(StatusCode::kIoError, "cannot open /dev/urandom: %s", strerror(errno));
   }
@@ -317,7 +294,7 @@ Result<std::string> random_hex(size_t bytes) {
 
 // A port nobody listens on right now (for torch's own store; ours is taken by our server).
 Result<uint16_t> free_port() {
-  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -357,7 +334,7 @@ int remove_job_segments(const std::string& job_id) {
 // One output pipe of one rank, cut into prefixed lines.
 class OutputStream {
  public:
-  OutputStream(Fd fd, int dest, std::string prefix)
+  OutputStream(UniqueFd fd, int dest, std::string prefix)
       : fd_(std::move(fd)), dest_(dest), prefix_(std::move(prefix)) {}
   int fd() const { return fd_.get(); }
   bool open() const { return fd_.valid(); }
@@ -403,7 +380,7 @@ class OutputStream {
     write_all(dest_, out.data(), out.size());
   }
 
-  Fd fd_;
+  UniqueFd fd_;
   int dest_;
   std::string prefix_;
   std::string pending_;
@@ -487,8 +464,10 @@ class Launcher {
         stop();
       }
       if (stop_deadline_ && !stopping_ && now >= *stop_deadline_) {
-        std::fprintf(stderr, "eagercomm-run: ranks still running %s after the failure; stopping "
-                     "them\n", format_duration(o_.stop_delay).c_str());
+        std::fprintf(stderr,
+                     "eagercomm-run: ranks still running %s after the failure; stopping "
+                     "them\n",
+                     format_duration(o_.stop_delay).c_str());
         stop();
       }
       if (kill_deadline_ && now >= *kill_deadline_) {
@@ -524,7 +503,7 @@ class Launcher {
       err = make_pipe();
     }
     std::optional<Pipe> exec_error = make_pipe();
-    Fd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    UniqueFd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     if ((o_.prefix && (!out || !err)) || !exec_error || !null_fd.valid()) {
       return start_failed(index, std::string("cannot create pipes: ") + strerror(errno));
     }
@@ -762,7 +741,7 @@ int run_main(int argc, char** argv) {
     return 1;
   }
   ::signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher and orphan the job
-  Fd signal_fd(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+  UniqueFd signal_fd(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!signal_fd.valid()) {
     std::fprintf(stderr, "eagercomm-run: signalfd failed: %s\n", strerror(errno));
     return 1;

@@ -99,8 +99,8 @@ Result<std::string> resolve_transport_name(std::string_view name, const Transpor
     EC_RETURN_IF_ERROR(params.store->set(key + std::to_string(params.rank), to_bytes(mine)));
     bool one_host = true;
     for (int r = 0; r < params.size && one_host; ++r) {
-      EC_ASSIGN_OR_RETURN(Bytes other, params.store->get(key + std::to_string(r),
-                                                          params.config->timeout));
+      EC_ASSIGN_OR_RETURN(Bytes other,
+                          params.store->get(key + std::to_string(r), params.config->timeout));
       one_host = to_string(other) == mine;
     }
     if (one_host) return std::string("shm");
@@ -126,8 +126,8 @@ Result<std::unique_ptr<Transport>> create_transport(std::string_view name,
     if (resolved != b.name) continue;
     if (!b.create) {
       return make_status(StatusCode::kUnavailable,
-                         "transport '%s' is not available in this build (compiled in: %s)",
-                         b.name, compiled_names().c_str());
+                         "transport '%s' is not available in this build (compiled in: %s)", b.name,
+                         compiled_names().c_str());
     }
     EC_DEBUG(kNet, "rank %d: creating transport %s", params.rank, b.name);
     return b.create(params);

@@ -18,9 +18,9 @@ struct TransportParams {
   int rank = 0;
   int size = 1;
   const Config* config = nullptr;
-  Store* store = nullptr;  // bootstrap store shared by the ranks of this communicator
-  std::string scope;       // prefix for this communicator's store keys
-  bool in_process = false; // every rank is a thread of this process (make_inproc_world)
+  Store* store = nullptr;   // bootstrap store shared by the ranks of this communicator
+  std::string scope;        // prefix for this communicator's store keys
+  bool in_process = false;  // every rank is a thread of this process (make_inproc_world)
 };
 
 struct TransportInfo {

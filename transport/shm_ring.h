@@ -124,7 +124,8 @@ class Consumer {
       ++head_;
       return 1;
     }
-    const bool not_yet = head_ < capacity_ ? seq == 0 : seq == static_cast<uint32_t>(head_ + 1 - capacity_);
+    const bool not_yet =
+        head_ < capacity_ ? seq == 0 : seq == static_cast<uint32_t>(head_ + 1 - capacity_);
     return not_yet ? 0 : -1;
   }
 

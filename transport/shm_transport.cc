@@ -186,8 +186,10 @@ class ShmTransport final : public Transport {
     // The peer made its beacon before publishing its address: a missing one means it is gone.
     Result<LivenessWatch> live = LivenessWatch::open(beacon_name(key.name));
     if (!live.ok()) {
-      return make_status(StatusCode::kPeerFailed, "shm: rank %d is gone before rank %d connected "
-                         "(%s)", peer, rank(), live.status().message().c_str());
+      return make_status(StatusCode::kPeerFailed,
+                         "shm: rank %d is gone before rank %d connected "
+                         "(%s)",
+                         peer, rank(), live.status().message().c_str());
     }
     out.live = std::move(live.value());
     auto* block = reinterpret_cast<ControlBlock*>(segment->payload());
@@ -294,8 +296,8 @@ class ShmTransport final : public Transport {
     }
     // Bounded, so that an idle rank still probes its peers' liveness (poll() after the wait).
     idle_polls_.store(kIdlePollsPerClockRead, std::memory_order_relaxed);
-    block_->event.commit_wait(ticket, std::min<std::chrono::nanoseconds>(timeout,
-                                                                         kLivenessInterval));
+    block_->event.commit_wait(ticket,
+                              std::min<std::chrono::nanoseconds>(timeout, kLivenessInterval));
   }
 
   void wake() override {

@@ -110,7 +110,10 @@ class Transport {
   virtual Status write(const MemoryRegion& local, size_t local_offset, const RemoteRegion& remote,
                        size_t remote_offset, size_t bytes, uint32_t tag, uint64_t cookie) = 0;
   virtual Status notify(int peer, uint32_t tag) = 0;
-  virtual void* mapped_address(const RemoteRegion& remote) { (void)remote; return nullptr; }
+  virtual void* mapped_address(const RemoteRegion& remote) {
+    (void)remote;
+    return nullptr;
+  }
   // True when mapped_address() works for every imported region, user buffers included: the
   // ranks share an address space (inproc), so collectives may load from and store to peers'
   // buffers directly instead of going through mailboxes.

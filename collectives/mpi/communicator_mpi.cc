@@ -27,7 +27,8 @@ std::string random_hex(size_t bytes) {
   static const char kHex[] = "0123456789abcdef";
   for (size_t i = 0; i < bytes; ++i) {
     unsigned char c = 0;
-    if (!urandom.read(reinterpret_cast<char*>(&c), 1)) c = static_cast<unsigned char>(std::random_device{}());
+    if (!urandom.read(reinterpret_cast<char*>(&c), 1))
+      c = static_cast<unsigned char>(std::random_device{}());
     out += kHex[c >> 4];
     out += kHex[c & 15];
   }
@@ -39,17 +40,11 @@ std::string random_hex(size_t bytes) {
 Result<std::unique_ptr<Communicator>> communicator_from_mpi(MPI_Comm mpi_comm,
                                                             const CommunicatorOptions& options) {
   int rank = 0, size = 0;
-  if (MPI_Comm_rank(mpi_comm, &rank) != MPI_SUCCESS || MPI_Comm_size(mpi_comm, &size) != MPI_SUCCESS) {
+  if (MPI_Comm_rank(mpi_comm, &rank) != MPI_SUCCESS ||
+      MPI_Comm_size(mpi_comm, &size) != MPI_SUCCESS) {
     return Status(StatusCode::kInvalidArgument, "from MPI: not a valid MPI communicator");
   }
-  Config config;
-  if (options.config != nullptr) {
-    config = *options.config;
-  } else {
-    const Result<Config>& process = Config::process();
-    if (!process.ok()) return process.status();
-    config = process.value();
-  }
+  EC_ASSIGN_OR_RETURN(Config config, effective_config(options));
   log_set_thread_rank(rank);
   Rendezvous rv{};
   std::shared_ptr<TcpStoreServer> server;
@@ -57,8 +52,9 @@ Result<std::unique_ptr<Communicator>> communicator_from_mpi(MPI_Comm mpi_comm,
   if (rank == 0) {
     const std::string token = config.job_token.empty() ? random_hex(16) : config.job_token;
     const std::string job = config.job_id.empty() ? "mpi-" + random_hex(6) : config.job_id;
-    auto started = TcpStoreServer::start(config.master_addr.empty() ? "0.0.0.0" : config.master_addr,
-                                         static_cast<uint16_t>(config.master_port), token);
+    auto started =
+        TcpStoreServer::start(config.master_addr.empty() ? "0.0.0.0" : config.master_addr,
+                              static_cast<uint16_t>(config.master_port), token);
     if (started.ok()) {
       server = std::move(started).value();
       std::string host = config.master_addr;
@@ -81,14 +77,16 @@ Result<std::unique_ptr<Communicator>> communicator_from_mpi(MPI_Comm mpi_comm,
   }
   if (rv.status != 0) {
     if (rank == 0) return failure;
-    return make_status(StatusCode::kPeerFailed, "from MPI: rank 0 could not start the bootstrap "
-                       "store (%s)", std::string(status_code_name(static_cast<StatusCode>(rv.status))).c_str());
+    return make_status(StatusCode::kPeerFailed,
+                       "from MPI: rank 0 could not start the bootstrap "
+                       "store (%s)",
+                       std::string(status_code_name(static_cast<StatusCode>(rv.status))).c_str());
   }
-  EC_INFO(kBoot, "rank %d of %d (MPI): bootstrap store %s:%u, job %s", rank, size, rv.host,
-          rv.port, rv.job);
-  EC_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> store,
-                      TcpStore::connect(rv.host, static_cast<uint16_t>(rv.port), rv.token,
-                                        config.timeout));
+  EC_INFO(kBoot, "rank %d of %d (MPI): bootstrap store %s:%u, job %s", rank, size, rv.host, rv.port,
+          rv.job);
+  EC_ASSIGN_OR_RETURN(
+      std::unique_ptr<TcpStore> store,
+      TcpStore::connect(rv.host, static_cast<uint16_t>(rv.port), rv.token, config.timeout));
   config.job_id = rv.job;
   CommunicatorOptions opts = options;
   opts.config = &config;

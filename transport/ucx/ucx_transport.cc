@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/log.h"
+#include "runtime/unique_fd.h"
 #include "transport/peer_liveness.h"
 #include "transport/shm_ring.h"
 #include "transport/shm_segment.h"
@@ -93,7 +94,7 @@ struct AddressHeader {
   uint64_t host;      // host_identity(): peers on other hosts never share memory with us
   uint32_t notify_key_bytes;  // the notification region's key follows the worker address
   uint32_t ring_capacity;     // entries of each ring in it
-  uint64_t checksum;  // of the worker address and the key (ucp_ep_create trusts its input)
+  uint64_t checksum;          // of the worker address and the key (ucp_ep_create trusts its input)
 };
 
 struct KeyHeader {
@@ -213,30 +214,6 @@ std::string tls_hint() {
   const char* tls = getenv("UCX_TLS");
   return std::string("UCX_TLS=") + (tls ? tls : "(unset)");
 }
-
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = o.fd_;
-      o.fd_ = -1;
-    }
-    return *this;
-  }
-  ~UniqueFd() { reset(); }
-  int get() const { return fd_; }
-  void reset() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // The UCP context and worker. Shared by the transport, its regions and imported remotes:
 // ucp_mem_unmap needs the context and ucp_rkey_destroy returns the key to the worker's pool,
@@ -418,16 +395,16 @@ class UcxTransport final : public Transport {
   int worker_efd_ = -1;   // owned by the worker
   bool can_arm_ = false;  // the worker is thread-safe: wait() may arm it from any thread
   uint64_t host_ = 0;
-  std::string job_;         // EAGERCOMM_JOB_ID: names the liveness beacon
-  LivenessBeacon beacon_;   // held while this rank lives (peer_liveness.h)
+  std::string job_;        // EAGERCOMM_JOB_ID: names the liveness beacon
+  LivenessBeacon beacon_;  // held while this rank lives (peer_liveness.h)
   std::chrono::steady_clock::time_point next_probe_{};
   // Shared with wait() on other threads: some peer has a liveness watch; empty polls since
   // the last look at the clock.
   std::atomic<bool> watching_{false};
   std::atomic<unsigned> idle_polls_{0};
   bool shared_memory_ = true;  // the context has shared-memory transports
-  bool closing_ = false;  // close() began: no goodbye answers, losses are expected
-  bool closed_ = false;   // close() ended: nothing is sent or polled any more
+  bool closing_ = false;       // close() began: no goodbye answers, losses are expected
+  bool closed_ = false;        // close() ended: nothing is sent or polled any more
   std::vector<Peer> peers_;    // never resized: endpoints' error callbacks point into it
   std::vector<int> acks_due_;  // peers whose kBye this rank answers from the next poll()
 
@@ -493,8 +470,8 @@ Status UcxTransport::init() {
   if (beacon.ok()) {
     beacon_ = std::move(beacon.value());
   } else {
-    EC_WARN(kNet, "ucx: rank %d: %s; peers on this host will not detect this rank's death",
-            rank(), beacon.status().message().c_str());
+    EC_WARN(kNet, "ucx: rank %d: %s; peers on this host will not detect this rank's death", rank(),
+            beacon.status().message().c_str());
   }
 
   s = ucp_worker_get_efd(core_->worker, &worker_efd_);
@@ -878,8 +855,8 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
   p.instance = h.instance;
   p.address.assign(address.begin(), address.end());
   // Notifications: ring pushes where the peer's region maps here, active messages elsewhere.
-  Result<std::unique_ptr<RemoteRegion>> ring_region = import_region(
-      peer, address.subspan(sizeof(h) + h.worker_bytes, h.notify_key_bytes));
+  Result<std::unique_ptr<RemoteRegion>> ring_region =
+      import_region(peer, address.subspan(sizeof(h) + h.worker_bytes, h.notify_key_bytes));
   if (!ring_region.ok()) {
     Status e = ring_region.status();
     e.prepend("ucx: the notification region in rank " + std::to_string(peer) + "'s address: ");
@@ -893,8 +870,8 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
                          "of %u entries",
                          peer, ring_region.value()->size(), size(), h.ring_capacity);
     }
-    p.ring = shm_ring::Producer(mapped + notify_ring_offset(rank(), h.ring_capacity),
-                                h.ring_capacity);
+    p.ring =
+        shm_ring::Producer(mapped + notify_ring_offset(rank(), h.ring_capacity), h.ring_capacity);
     p.sleepers = &reinterpret_cast<NotifyBlock*>(mapped)->sleepers;
   }
   p.notify_region = std::move(ring_region.value());
@@ -909,8 +886,10 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
     }
   }
   p.handles_failure = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
-  EC_DEBUG(kNet, "ucx: rank %d connecting to rank %d (%s host, peer failures %s, notifications "
-           "by %s)", rank(), peer, same_host ? "same" : "another",
+  EC_DEBUG(kNet,
+           "ucx: rank %d connecting to rank %d (%s host, peer failures %s, notifications "
+           "by %s)",
+           rank(), peer, same_host ? "same" : "another",
            ep.err_mode == UCP_ERR_HANDLING_MODE_PEER ? "handled" : "not handled",
            p.ring.attached() ? "ring stores" : "active messages");
   return Status::Ok();
@@ -1129,8 +1108,8 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
         ucp_request_param_t param{};
         param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
         param.memh = src->memh();
-        ucs_status_ptr_t r = ucp_put_nbx(peers_[peer].ep, from, bytes,
-                                         dst->base() + remote_offset, dst->rkey(), &param);
+        ucs_status_ptr_t r = ucp_put_nbx(peers_[peer].ep, from, bytes, dst->base() + remote_offset,
+                                         dst->rkey(), &param);
         if (UCS_PTR_IS_ERR(r)) {
           const ucs_status_t st = UCS_PTR_STATUS(r);
           if (st == UCS_ERR_NO_RESOURCE) return Status(StatusCode::kBusy, {});
@@ -1262,8 +1241,10 @@ size_t UcxTransport::drain_rings(std::span<TransportCompletion> out) {
     if (popped) ring.publish();
     if (got < 0) {
       ring_failed_[sender] = 1;
-      EC_ERROR(kNet, "ucx: rank %d: rank %d's notification ring holds impossible entries; "
-               "ignoring it from now on", rank(), sender);
+      EC_ERROR(kNet,
+               "ucx: rank %d: rank %d's notification ring holds impossible entries; "
+               "ignoring it from now on",
+               rank(), sender);
       if (!peers_[sender].failed) {
         peers_[sender].failed = true;
         out[n++] = TransportCompletion{TransportCompletion::Kind::kPeerError, sender, 0, 0};
@@ -1304,7 +1285,8 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
     if (events == 0) break;
     if (queue_.size() - queue_head_ >= out.size()) break;
   }
-  if (progressed == 0 && queue_head_ == queue_.size() && watching_.load(std::memory_order_relaxed)) {
+  if (progressed == 0 && queue_head_ == queue_.size() &&
+      watching_.load(std::memory_order_relaxed)) {
     // A load and a store, not a read-modify-write (see the shm backend).
     const unsigned idle = idle_polls_.load(std::memory_order_relaxed) + 1;
     idle_polls_.store(idle, std::memory_order_relaxed);
@@ -1519,9 +1501,9 @@ Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& p
   }
   const uint32_t ring_capacity =
       shm_ring_capacity_for(params.config ? params.config->slots : Config{}.slots);
-  auto transport = std::make_unique<UcxTransport>(params.rank, params.size, opts, std::move(core),
-                                                  params.config ? params.config->job_id : "",
-                                                  ring_capacity);
+  auto transport =
+      std::make_unique<UcxTransport>(params.rank, params.size, opts, std::move(core),
+                                     params.config ? params.config->job_id : "", ring_capacity);
   EC_RETURN_IF_ERROR(transport->init());
   return std::unique_ptr<Transport>(std::move(transport));
 }
