@@ -40,7 +40,11 @@ class RdAllreduce final : public QueuedOp {
     if (bytes_ > ctx.mailbox->payload_capacity()) {
       return make_status(StatusCode::kInternal, "recursive doubling chosen for %zu bytes", bytes_);
     }
-    acc_.assign(in_, in_ + bytes_);
+    // Small results (the usual case for this algorithm) live in the operation itself: one
+    // allocation less per call.
+    if (bytes_ > sizeof(acc_inline_)) acc_heap_.resize(bytes_);
+    acc_ = bytes_ > sizeof(acc_inline_) ? acc_heap_.data() : acc_inline_;
+    if (bytes_) std::memcpy(acc_, in_, bytes_);
     if (r_ < 2 * rem_) {
       phase_ = (r_ % 2 == 0) ? Phase::kSendToOdd : Phase::kReceiveFromEven;
       newrank_ = r_ / 2;
@@ -70,7 +74,7 @@ class RdAllreduce final : public QueuedOp {
           Result<const Received*> m = take(r_ + 1, post_step_);
           if (!m.ok()) return m.status();
           if (!*m) return steps;
-          if (bytes_) std::memcpy(acc_.data(), (*m)->message->payload, bytes_);
+          if (bytes_) std::memcpy(acc_, (*m)->message->payload, bytes_);
           queues_.pop_release(ctx, r_ + 1);
           publish();
           phase_ = Phase::kDone;
@@ -81,7 +85,7 @@ class RdAllreduce final : public QueuedOp {
           Result<const Received*> m = take(r_ - 1, 0);
           if (!m.ok()) return m.status();
           if (!*m) return steps;
-          reduce(type_, op_, acc_.data(), (*m)->message->payload, acc_.data(), sig_.count);
+          reduce(type_, op_, acc_, (*m)->message->payload, acc_, sig_.count);
           queues_.pop_release(ctx, r_ - 1);
           phase_ = Phase::kDoubling;
           ++steps;
@@ -110,7 +114,7 @@ class RdAllreduce final : public QueuedOp {
           if (!m.ok()) return m.status();
           if (!*m) return steps;
           const uint8_t* theirs = (*m)->message->payload;
-          uint8_t* acc = acc_.data();
+          uint8_t* acc = acc_;
           if (partner < r_) {
             reduce(type_, op_, acc, theirs, acc, sig_.count);
           } else {
@@ -145,7 +149,7 @@ class RdAllreduce final : public QueuedOp {
   Result<bool> send_out(OpContext& ctx, int peer, uint32_t step) {
     SendSlot slot;
     if (!ctx.mailbox->try_acquire(peer, &slot)) return false;
-    if (bytes_) std::memcpy(slot.payload, acc_.data(), bytes_);
+    if (bytes_) std::memcpy(slot.payload, acc_, bytes_);
     EC_RETURN_IF_ERROR(send(ctx, slot, MsgKind::kData, step, 0, 0, bytes_));
     return true;
   }
@@ -162,12 +166,14 @@ class RdAllreduce final : public QueuedOp {
   }
 
   void publish() {
-    if (bytes_) std::memcpy(out_, acc_.data(), bytes_);
+    if (bytes_) std::memcpy(out_, acc_, bytes_);
   }
 
   const uint8_t* in_;
   uint8_t* out_;
-  std::vector<uint8_t> acc_;
+  alignas(64) uint8_t acc_inline_[256];
+  std::vector<uint8_t> acc_heap_;
+  uint8_t* acc_ = acc_inline_;
   DataType type_;
   ReduceOp op_;
   size_t bytes_;

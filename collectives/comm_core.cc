@@ -246,7 +246,6 @@ void CommCore::begin(Op* op) {
 void CommCore::activate(Op* op) {
   ++stats_.ops_started;
   const OpKey key = op->key();
-  by_key_[key] = op;
   active_.push_back(op);
   auto early = failed_early_.find(key);
   if (early != failed_early_.end()) {
@@ -321,12 +320,14 @@ void CommCore::dispatch(InMessage* m) {
     if (done) release_lender(peer, h.key);
     return;
   }
-  auto it = by_key_.find(h.key);
+  // Operations in flight are few: a scan beats a hash table's node allocation per operation.
+  const auto it = std::find_if(active_.begin(), active_.end(),
+                               [&](const Op* op) { return op->key() == h.key; });
   if (const uint32_t stream = key_stream(h.key); stream != 0) {
     // Operation messages go to the operation; the rest (activations, arrivals, data for rounds
     // not started yet) to the stream's handler, or wait for it to attach.
     const bool for_op = kind == MsgKind::kData || kind == MsgKind::kOpError;
-    if (it == by_key_.end() || !for_op) {
+    if (it == active_.end() || !for_op) {
       auto handler = streams_.find(stream);
       if (handler != streams_.end()) {
         handler->second->on_message(m, h);
@@ -339,7 +340,7 @@ void CommCore::dispatch(InMessage* m) {
       }
       return;
     }
-  } else if (it == by_key_.end()) {
+  } else if (it == active_.end()) {
     const uint64_t seq = key_seq(h.key);
     if (seq >= begun_) {
       if (kind == MsgKind::kOpError) {
@@ -358,7 +359,7 @@ void CommCore::dispatch(InMessage* m) {
     }
     return;
   }
-  Op* op = it->second;
+  Op* op = *it;
   if (kind == MsgKind::kOpError) {
     Status s = op_error_status();
     const int peer = m->peer;
@@ -502,7 +503,6 @@ void CommCore::complete_op(Op* op, const Status& status) {
 }
 
 void CommCore::retire(Op* op) {
-  by_key_.erase(op->key());
   auto it = std::find(active_.begin(), active_.end(), op);
   if (it != active_.end()) active_.erase(it);
   std::shared_ptr<Op> keep = std::move(op->self);  // may be the last reference
@@ -560,7 +560,6 @@ void CommCore::start_stream_op(std::shared_ptr<Op> op) {
   Op* raw = op.get();
   raw->self = std::move(op);
   ++stats_.ops_started;
-  by_key_[raw->key()] = raw;
   active_.push_back(raw);
   if (Status s = raw->start(ctx_); !s.ok()) fail(raw, s, true);
 }

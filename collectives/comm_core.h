@@ -10,7 +10,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "collectives/op.h"
@@ -136,7 +135,6 @@ class CommCore final : public ProgressSource {
   uint64_t begun_ = 0;               // every sequence below has begun
   std::map<uint64_t, Op*> waiting_;  // submitted out of order (several app threads)
   std::vector<Op*> active_;
-  std::unordered_map<OpKey, Op*> by_key_;
   // Messages for operations not begun yet, in arrival order. A flat vector (few entries: at
   // most the peers' slots), so that the common case of a peer that is a bit ahead allocates
   // nothing once warm.

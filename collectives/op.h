@@ -138,46 +138,40 @@ class Op : public MpscNode {
   Status status_;
 };
 
-// A FIFO of received messages per peer, for operations that consume them in order. A vector
-// and a read index per peer, not a deque: a deque allocates on construction, and small
-// operations make one of these per call.
+// A FIFO of received messages per peer, for operations that consume them in order. One flat
+// vector in arrival order for all peers: an operation holds few messages at a time (at most the
+// peers' slots), and a small operation then allocates once, on its first message, instead of
+// once per peer and once for the table.
 class PeerQueues {
  public:
-  explicit PeerQueues(int size) : queues_(size) {}
-  void push(const Received& r) { queues_[r.message->peer].items.push_back(r); }
-  bool empty(int peer) const { return queues_[peer].empty(); }
+  explicit PeerQueues(int size) { (void)size; }
+  void push(const Received& r) { items_.push_back(r); }
+  bool empty(int peer) const { return find(peer) == items_.size(); }
   // Whether a message of `step` from `peer` is waiting.
   bool holds(int peer, uint32_t step) const {
-    const Queue& q = queues_[peer];
-    for (size_t i = q.head; i < q.items.size(); ++i) {
-      if (q.items[i].header.step == step) return true;
+    for (const Received& r : items_) {
+      if (r.message->peer == peer && r.header.step == step) return true;
     }
     return false;
   }
-  const Received& front(int peer) const { return queues_[peer].items[queues_[peer].head]; }
+  const Received& front(int peer) const { return items_[find(peer)]; }
   void pop_release(OpContext& ctx, int peer) {
-    Queue& q = queues_[peer];
-    ctx.mailbox->release(q.items[q.head].message);
-    if (++q.head == q.items.size()) {
-      q.items.clear();
-      q.head = 0;
-    }
+    const size_t i = find(peer);
+    ctx.mailbox->release(items_[i].message);
+    items_.erase(items_.begin() + static_cast<std::ptrdiff_t>(i));
   }
   void drop_all(OpContext& ctx) {
-    for (Queue& q : queues_) {
-      for (size_t i = q.head; i < q.items.size(); ++i) ctx.mailbox->release(q.items[i].message);
-      q.items.clear();
-      q.head = 0;
-    }
+    for (Received& r : items_) ctx.mailbox->release(r.message);
+    items_.clear();
   }
 
  private:
-  struct Queue {
-    std::vector<Received> items;
-    size_t head = 0;  // items before it were consumed
-    bool empty() const { return head == items.size(); }
-  };
-  std::vector<Queue> queues_;
+  size_t find(int peer) const {
+    size_t i = 0;
+    while (i < items_.size() && items_[i].message->peer != peer) ++i;
+    return i;
+  }
+  std::vector<Received> items_;
 };
 
 // An operation that keeps each peer's messages in a FIFO until it consumes them.

@@ -1199,9 +1199,10 @@ Status UcxTransport::ring_notify(int peer, uint32_t tag) {
   // A release store: data stored through mappings before it is visible with the tag.
   p.ring.push(tag);
   // Dekker with wait(): the receiver announces itself in `sleepers`, then looks at its rings;
-  // we pushed, then look at `sleepers`. One of the two sees the other.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (p.sleepers->load(std::memory_order_relaxed) != 0) {
+  // we pushed, then look at `sleepers` with a read-modify-write: both sides' RMWs on that word
+  // are ordered, so one of the two sees the other (a fence and a load would do on x86, but
+  // not in the C++ model TSan checks).
+  if (p.sleepers->fetch_add(0, std::memory_order_seq_cst) != 0) {
     if (send_control(peer, kWake).code() == StatusCode::kBusy) {
       p.wake_due = true;
       any_wake_due_ = true;
