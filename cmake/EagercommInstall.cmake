@@ -29,7 +29,11 @@ foreach(flag IN LISTS _ec_sanitizer_link_flags)
   target_link_options(eagercomm INTERFACE "$<INSTALL_INTERFACE:${flag}>")
 endforeach()
 
-install(TARGETS eagercomm EXPORT eagercommTargets
+set(_ec_libraries eagercomm)
+if(TARGET eagercomm_mpi)
+  list(APPEND _ec_libraries eagercomm_mpi)  # communicator_from_mpi (collectives/communicator_mpi.h)
+endif()
+install(TARGETS ${_ec_libraries} EXPORT eagercommTargets
   LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
     COMPONENT eagercomm_runtime NAMELINK_COMPONENT eagercomm_development
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT eagercomm_development
