@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "collectives/communicator.h"
@@ -154,6 +155,61 @@ TEST(MultiProcess, SeveralInFlightAndBackToBack) {
     ASSERT_TRUE(c.allreduce(&x, &x, 1, DataType::kInt32, ReduceOp::kMax).ok());
     ASSERT_EQ(x, it + P - 1);
   }
+}
+
+// Floating-point sums depend on the order of additions: every rank must still end with the
+// same bits (compared by gathering a hash of each rank's result).
+TEST(MultiProcess, RealValuedAllreduceIsBitIdenticalOnEveryRank) {
+  Communicator& c = *g_comm;
+  const int P = c.size(), r = c.rank();
+  for (size_t count : {size_t{5}, size_t{4099}, size_t{300000}}) {
+    std::vector<float> buf(count);
+    std::mt19937 rng(static_cast<uint32_t>(r * 7919 + count));
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (float& x : buf) x = dist(rng);
+    ASSERT_TRUE(
+        c.allreduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum).ok());
+    uint64_t hash = 1469598103934665603ull;
+    const auto* bytes = reinterpret_cast<const uint8_t*>(buf.data());
+    for (size_t i = 0; i < count * sizeof(float); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+    std::vector<uint64_t> all(P);
+    ASSERT_TRUE(c.allgather(&hash, all.data(), 1, DataType::kInt64).ok());
+    for (int q = 0; q < P; ++q) ASSERT_EQ(all[q], all[0]) << "rank " << q << ", count " << count;
+  }
+}
+
+TEST(MultiProcess, TestPollsUntilDone) {
+  Communicator& c = *g_comm;
+  const int P = c.size(), r = c.rank();
+  std::vector<float> buf(50000, static_cast<float>(r));
+  Result<Request> req =
+      c.allreduce_async(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  ASSERT_TRUE(req.ok());
+  Status s;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((s = req.value().test()).code() == StatusCode::kInProgress &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(buf[123], static_cast<float>(P * (P - 1) / 2));
+}
+
+// Rank 0 finishes its last collective and destroys its communicator at once; the others, still
+// finishing theirs, must succeed.
+TEST(MultiProcess, NormalShutdownOrderDoesNotFailSlowerRanks) {
+  for (int round = 0; round < 5; ++round) {
+    auto c = sub_communicator({});
+    ASSERT_NE(c, nullptr);
+    const int r = c->rank();
+    std::vector<float> buf(200000, 1.0f);
+    if (r != 0) std::this_thread::sleep_for(std::chrono::microseconds(500 * r));
+    Status s = c->allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.to_string();
+    if (r == 0) c->destroy();
+    ASSERT_EQ(buf[7], static_cast<float>(c->size()));
+  }
+  ASSERT_TRUE(g_comm->barrier().ok());
 }
 
 TEST(MultiProcess, MismatchedCountsFailEverywhereAndTheCommunicatorGoesOn) {
