@@ -17,6 +17,8 @@ core=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev lib
 # them, but the later backends and comparison benchmarks need them, so they are installed too.
 optional=(libibverbs-dev librdmacm-dev libucx-dev ucx-utils libopenmpi-dev openmpi-bin
   libgloo-dev python3-matplotlib)
+# What the multi-process test scripts use: python3, ip(8) for the network-namespace hosts.
+optional+=(python3 iproute2)
 extra=()
 if [[ -n ${EAGERCOMM_DEPS_EXTRA:-} ]]; then
   read -r -a extra <<<"${EAGERCOMM_DEPS_EXTRA//,/ }"

@@ -103,6 +103,13 @@ grep -q "rank 1 (pid [0-9]*) exited with code 7" "$tmp/err" || { show; fail "no 
 sleep 0.2
 if any_alive; then fail "a rank sleeping 1000 s is still alive"; fi
 rm -f "$tmp"/pid-*
+# The others get --stop-delay to end by themselves (then their own exit codes do not count) ...
+launch -n 2 --stop-delay 30s sh -c 'if [ "$RANK" = 1 ]; then exit 5; fi; sleep 0.5; echo "done-$RANK"; exit 9'
+[ $rc -eq 5 ] && grep -q "\[0\] done-0" "$tmp/out" || { show; fail "--stop-delay: rank 0 did not finish by itself, or exit $rc != 5"; }
+# ... and with --stop-delay 0 they are stopped at once.
+SECONDS=0
+launch -n 2 --stop-delay 0 sh -c 'if [ "$RANK" = 1 ]; then exit 5; fi; sleep 20; echo "done-$RANK"'
+[ $rc -eq 5 ] && [ $SECONDS -lt 15 ] && ! grep -q "done-0" "$tmp/out" || { show; fail "--stop-delay 0 did not stop rank 0 at once"; }
 # ... killed by a signal: 128 + signal. A rank that ignores SIGTERM is killed after the grace.
 launch -n 2 sh -c 'echo $$ >'"$tmp"'/pid-$RANK; if [ "$RANK" = 0 ]; then sleep 0.3; kill -9 $$; fi; trap "" TERM; sleep 1000'
 [ $rc -eq 137 ] || { show; fail "killed rank: launcher exited $rc, expected 137"; }
@@ -166,6 +173,7 @@ expect_usage "no program after --" "no program" -n 2 --
 expect_usage "unknown flag" "unknown option '--frobnicate'" --frobnicate -n 2 true
 expect_usage "bad transport" "auto|inproc|shm|ucx|verbs" -n 2 --transport tcp true
 expect_usage "bad timeout" "--timeout" -n 2 --timeout soon true
+expect_usage "bad stop delay" "--stop-delay" -n 2 --stop-delay later true
 launch --help
 [ $rc -eq 0 ] && grep -q "usage: eagercomm-run" "$tmp/out" || fail "--help"
 
