@@ -2,6 +2,7 @@
 // lines from concurrent threads and processes never interleave and the write path takes no
 // lock and allocates nothing.
 #include "runtime/log.h"
+#include "runtime/unique_fd.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -81,20 +82,6 @@ int subsys_index(std::string_view name) {
     if (iequals(name, kSubsysNames[i])) return i;
   }
   return -1;
-}
-
-// Writes all of [data, data + size) to fd, retrying on EINTR; gives up silently on any other
-// error (there is nowhere left to report a failing log).
-void write_fully(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
-// An owned file descriptor: closed when the owner goes, movable, not copyable.
+// File descriptor helpers: an owned descriptor (closed when the owner goes, movable, not
+// copyable) and a complete write.
 #pragma once
 
+#include <errno.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <utility>
 
 namespace eagercomm {
@@ -33,5 +36,19 @@ class UniqueFd {
  private:
   int fd_ = -1;
 };
+
+// Writes all of [data, data + size) to fd, retrying on EINTR; gives up silently on any other
+// error (for output with nowhere left to report a failure: logs, forwarded rank output).
+inline void write_fully(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
 
 }  // namespace eagercomm

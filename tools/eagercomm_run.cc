@@ -212,19 +212,6 @@ std::optional<Pipe> make_pipe() {
   return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
-// Writes everything unless the destination is gone (EPIPE: output is then dropped quietly).
-void write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
 // ---- program lookup, randomness, ports ----
 
 // The path execve() will run: `prog` itself when it has a '/', else the first match in PATH.
@@ -377,7 +364,7 @@ class OutputStream {
     out += prefix_;
     out += line;
     out += '\n';
-    write_all(dest_, out.data(), out.size());
+    write_fully(dest_, out.data(), out.size());
   }
 
   UniqueFd fd_;
