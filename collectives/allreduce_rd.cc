@@ -171,7 +171,7 @@ class RdAllreduce final : public QueuedOp {
 
   const uint8_t* in_;
   uint8_t* out_;
-  alignas(64) uint8_t acc_inline_[256];
+  alignas(16) uint8_t acc_inline_[256];  // not 64: an over-aligned op needs aligned new, slow
   std::vector<uint8_t> acc_heap_;
   uint8_t* acc_ = acc_inline_;
   DataType type_;

@@ -214,6 +214,8 @@ int CommCore::progress() {
     }
     ++i;
   }
+  // Credits of released messages go out once there is nothing else to do (mailbox.h).
+  if (events == 0 && mailbox_->return_due_credits()) ++events;
   return events;
 }
 

@@ -138,40 +138,63 @@ class Op : public MpscNode {
   Status status_;
 };
 
-// A FIFO of received messages per peer, for operations that consume them in order. One flat
-// vector in arrival order for all peers: an operation holds few messages at a time (at most the
-// peers' slots), and a small operation then allocates once, on its first message, instead of
-// once per peer and once for the table.
+// A FIFO of received messages per peer, for operations that consume them in order. One list
+// in arrival order for all peers, the first few entries inside the operation: an operation
+// holds few messages at a time (at most the peers' slots), and a small one then allocates
+// nothing for them (measured: the allocation was a tenth of an 8-byte allreduce).
 class PeerQueues {
  public:
   explicit PeerQueues(int size) { (void)size; }
-  void push(const Received& r) { items_.push_back(r); }
-  bool empty(int peer) const { return find(peer) == items_.size(); }
+  void push(const Received& r) {
+    if (!big_ && n_ < kInline) {
+      small_[n_++] = r;
+      return;
+    }
+    if (!big_) {
+      spill_.assign(small_, small_ + n_);
+      big_ = true;
+    }
+    spill_.push_back(r);
+  }
+  bool empty(int peer) const { return find(peer) == size(); }
   // Whether a message of `step` from `peer` is waiting.
   bool holds(int peer, uint32_t step) const {
-    for (const Received& r : items_) {
-      if (r.message->peer == peer && r.header.step == step) return true;
+    for (size_t i = 0; i < size(); ++i) {
+      if (at(i).message->peer == peer && at(i).header.step == step) return true;
     }
     return false;
   }
-  const Received& front(int peer) const { return items_[find(peer)]; }
+  const Received& front(int peer) const { return at(find(peer)); }
   void pop_release(OpContext& ctx, int peer) {
     const size_t i = find(peer);
-    ctx.mailbox->release(items_[i].message);
-    items_.erase(items_.begin() + static_cast<std::ptrdiff_t>(i));
+    ctx.mailbox->release(at(i).message);
+    if (big_) {
+      spill_.erase(spill_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      for (size_t k = i + 1; k < n_; ++k) small_[k - 1] = small_[k];
+      --n_;
+    }
   }
   void drop_all(OpContext& ctx) {
-    for (Received& r : items_) ctx.mailbox->release(r.message);
-    items_.clear();
+    for (size_t i = 0; i < size(); ++i) ctx.mailbox->release(at(i).message);
+    n_ = 0;
+    spill_.clear();
+    big_ = false;
   }
 
  private:
+  static constexpr size_t kInline = 4;
+  size_t size() const { return big_ ? spill_.size() : n_; }
+  const Received& at(size_t i) const { return big_ ? spill_[i] : small_[i]; }
   size_t find(int peer) const {
     size_t i = 0;
-    while (i < items_.size() && items_[i].message->peer != peer) ++i;
+    while (i < size() && at(i).message->peer != peer) ++i;
     return i;
   }
-  std::vector<Received> items_;
+  Received small_[kInline];
+  size_t n_ = 0;
+  bool big_ = false;  // the entries live in spill_ (more than kInline arrived at once)
+  std::vector<Received> spill_;
 };
 
 // An operation that keeps each peer's messages in a FIFO until it consumes them.

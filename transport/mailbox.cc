@@ -1,5 +1,6 @@
 #include "transport/mailbox.h"
 
+#include <bit>
 #include <cstring>
 
 #include "runtime/log.h"
@@ -185,6 +186,22 @@ void Mailbox::return_credit(int peer, uint32_t slot) {
   if (!s.ok()) EC_WARN(kNet, "mailbox: credit to rank %d failed: %s", peer, s.to_string().c_str());
 }
 
+void Mailbox::send_due_credits(int peer) {
+  Peer& p = peers_[peer];
+  while (p.credits_due != 0) {
+    const uint32_t slot = static_cast<uint32_t>(std::countr_zero(p.credits_due));
+    p.credits_due &= p.credits_due - 1;
+    return_credit(peer, slot);
+  }
+}
+
+bool Mailbox::return_due_credits() {
+  if (!credits_due_) return false;
+  credits_due_ = false;
+  for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) send_due_credits(peer);
+  return true;
+}
+
 InMessage* Mailbox::new_message() {
   if (free_messages_.empty()) {
     messages_.push_back(std::make_unique<InMessage>());
@@ -296,7 +313,15 @@ void Mailbox::release(InMessage* m) {
     Peer& p = peers_[m->peer];
     p.held[m->slot] = nullptr;
     --p.held_count;
-    return_credit(m->peer, m->slot);
+    // Batched: sent when the engine runs out of work (return_due_credits), or at once when
+    // half of this sender's slots wait for their credit, so that a sender never stalls on
+    // them while this rank is busy. (Measured: the credit's ring push and wake-up check were
+    // ~100 cycles of an 8-byte allreduce between reducing and completing.)
+    p.credits_due |= uint64_t{1} << m->slot;
+    credits_due_ = true;
+    if (static_cast<uint32_t>(std::popcount(p.credits_due)) * 2 >= slots_) {
+      send_due_credits(m->peer);
+    }
   }
   m->spill.clear();
   m->spilled = false;

@@ -111,12 +111,17 @@ class Mailbox {
   // Interprets one transport completion. Credits and write completions are absorbed
   // (kind kNone); arrived messages and control codes are returned.
   MailboxEvent on_completion(const TransportCompletion& c);
-  // Done with a message: its slot goes back to the sender.
+  // Done with a message: its slot goes back to the sender, at once when half of that sender's
+  // slots are due, else at the next return_due_credits().
   void release(InMessage* message);
   // Retries sends deferred by back-pressure. Returns true when something was sent.
   bool flush();
   // True while sends wait for room at a peer (flush() must be called again).
   bool has_deferred() const;
+  // Sends the credits that release() kept back; true if it sent any. The engine calls it when
+  // a progress pass found nothing else to do, so credits leave off the critical path of the
+  // operation that released them.
+  bool return_due_credits();
 
   const MailboxStats& stats() const { return stats_; }
 
@@ -129,14 +134,15 @@ class Mailbox {
   };
   struct Peer {
     std::unique_ptr<RemoteRegion> remote;
-    uint8_t* mapped = nullptr;       // our slots in the peer's inbox, when stored to directly
-    size_t remote_offset = 0;        // where our slots start in the peer's inbox
-    uint64_t free_mask = 0;          // slots we may fill
-    uint64_t writing_mask = 0;       // staging slots whose write is not complete yet
+    uint8_t* mapped = nullptr;  // our slots in the peer's inbox, when stored to directly
+    size_t remote_offset = 0;   // where our slots start in the peer's inbox
+    uint64_t free_mask = 0;     // slots we may fill
+    uint64_t writing_mask = 0;  // staging slots whose write is not complete yet
     uint32_t send_seq = 0;
     uint32_t recv_seq = 0;
-    std::vector<InMessage*> held;    // by slot index: messages not yet released
+    std::vector<InMessage*> held;  // by slot index: messages not yet released
     uint32_t held_count = 0;
+    uint64_t credits_due = 0;  // released slots whose credit is not sent yet
     std::deque<Pending> deferred;
   };
 
@@ -146,6 +152,7 @@ class Mailbox {
   Status issue(int peer, const Pending& p);
   Status post(int peer, const Pending& p);
   void return_credit(int peer, uint32_t slot);
+  void send_due_credits(int peer);
   void spill_oldest(int peer);
   InMessage* new_message();
 
@@ -153,6 +160,7 @@ class Mailbox {
   const size_t slot_bytes_;
   const uint32_t slots_;
   bool direct_;
+  bool credits_due_ = false;  // some peer has credits_due
   std::unique_ptr<MemoryRegion> inbox_;
   std::unique_ptr<MemoryRegion> staging_;  // only when some peer is not stored to directly
   std::vector<Peer> peers_;
