@@ -13,6 +13,9 @@ pids=()
 trap 'for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; for f in "$tmp"/*.out; do echo "--- $f:"; tail -n 5 "$f"; done; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A MASTER_PORT for torchrun's variables: our store listens on MASTER_PORT + 1, so that is the
+# port that must be free (the kernel just handed it out and took it back).
+torchrun_port() { echo $(($(free_port) - 1)); }
 export EAGERCOMM_TIMEOUT=2s EAGERCOMM_TRANSPORT=shm
 
 # start NAME RANK WORLD [VAR=VALUE...]: one rank in the background, output in $tmp/NAME-RANK.out
@@ -40,7 +43,7 @@ finish() {
 }
 
 # ---- a rank that never joins: the others name it ----
-port=$(free_port); t0=$(date +%s)
+port=$(torchrun_port); t0=$(date +%s)
 start missing 0 3
 start missing 1 3
 expect_failure missing 0 "never joined: 2"
@@ -49,7 +52,7 @@ expect_failure missing 1 "never joined: 2|store at 127.0.0.1:[0-9]+ closed the c
 finish "a rank that never joins"
 
 # ---- different world sizes ----
-port=$(free_port); t0=$(date +%s)
+port=$(torchrun_port); t0=$(date +%s)
 start sizes 0 2
 start sizes 1 3
 expect_failure sizes 0 "world size"
@@ -57,13 +60,13 @@ expect_failure sizes 1 "world size|store at 127.0.0.1:[0-9]+ closed the connecti
 finish "different world sizes"
 
 # ---- the store is not there ----
-port=$(free_port); t0=$(date +%s)
+port=$(torchrun_port); t0=$(date +%s)
 start nostore 1 2
 expect_failure nostore 1 "store at 127.0.0.1:$((port + 1)) not reachable" 0
 finish "store unreachable"
 
 # ---- a rank with the wrong job token is refused ----
-port=$(free_port); t0=$(date +%s)
+port=$(torchrun_port); t0=$(date +%s)
 good=0123456789abcdef0123456789abcdef
 bad=fedcba9876543210fedcba9876543210
 start token 0 2 EAGERCOMM_JOB_TOKEN=$good

@@ -16,6 +16,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 export EAGERCOMM_TIMEOUT=${EAGERCOMM_TIMEOUT:-60s}
 quick=--gtest_filter='MultiProcess.BroadcastAllgatherBarrier:MultiProcess.SeveralInFlightAndBackToBack:MultiProcess.PartialAllreduceConservationAndReplicasEveryMode'
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A MASTER_PORT for torchrun's variables: our store listens on MASTER_PORT + 1, so that is the
+# port that must be free (the kernel just handed it out and took it back).
+torchrun_port() { echo $(($(free_port) - 1)); }
 
 # Starts `n` copies of "$@" with the variables that `vars_of RANK` prints; waits for all.
 start_ranks() {
@@ -33,7 +36,7 @@ start_ranks() {
 }
 
 # ---- torchrun's variables; rank 0 serves the store on MASTER_PORT + 1 ----
-port=$(free_port)
+port=$(torchrun_port)
 vars_of() { echo "RANK=$1 WORLD_SIZE=3 LOCAL_RANK=$1 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port"; }
 start_ranks torchrun 3 "$mp" "$quick"
 grep -q "rank 2 of 3 on transport shm" "$tmp/torchrun-2.out" || fail "torchrun: not 3 ranks on shm"
