@@ -436,8 +436,10 @@ TEST(ShmTransport, NoWakeUpIsLostWhenNotificationsRaceTheSleep) {
       if (Clock::now() - t0 > milliseconds(50)) ++slow;
       CHILD_CHECK(got.size() == 1 && got[0].tag == static_cast<uint32_t>(i), "round %d", i);
     }
-    CHILD_CHECK(slow <= 5, "%d of %d notifications took over 50 ms (lost wake-ups?)", slow,
-                kRounds / 2);
+    // A lost wake-up makes (nearly) every round slow; a loaded machine (sanitizers, parallel
+    // tests) only a few.
+    CHILD_CHECK(slow <= kRounds / 8, "%d of %d notifications took over 50 ms (lost wake-ups?)",
+                slow, kRounds / 2);
     c.barrier("end");
   });
 }

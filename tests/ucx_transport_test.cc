@@ -461,9 +461,9 @@ TEST_P(UcxWorld, NoWakeUpIsLostWhenNotificationsRaceTheSleep) {
       c.notes.pop_front();
       c.notify(0, static_cast<uint32_t>(i));
     }
-    // A lost wake-up costs the whole wait (or the 100 ms liveness cap); scheduling hiccups on a
-    // loaded machine explain a few.
-    EXPECT_LE(slow, 5) << slow << " of " << kRounds << " notifications took over 50 ms";
+    // A lost wake-up costs the whole wait (or the 100 ms liveness cap) in (nearly) every round;
+    // scheduling hiccups on a loaded machine explain a few.
+    EXPECT_LE(slow, kRounds / 8) << slow << " of " << kRounds << " notifications took over 50 ms";
     c.barrier("done");
   });
 }
