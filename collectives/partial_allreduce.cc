@@ -415,10 +415,12 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
   const uint64_t number = ++flushes_;
   push_event(PartialEvent{PartialEvent::Kind::kFlushing, number, false, 0});
   // Every post of every rank precedes that rank's read below and lands in a round no later than
-  // the rounds it had entered, so no later than the maximum over ranks: that round, forced
-  // active everywhere, closes the books. The exchange runs while results keep flowing.
-  auto last = std::make_shared<int64_t>(
-      static_cast<int64_t>(s.activated.load(std::memory_order_acquire)));
+  // the round open then, so no later than the maximum over ranks: that round, forced active
+  // everywhere, closes the books. The exchange runs while results keep flowing. (The open
+  // round, not `activated`: the engine publishes that after opening the next round, and a post
+  // may already sit in the new round.)
+  auto last = std::make_shared<int64_t>(static_cast<int64_t>(
+      PartialShared::open_round(s.open.load(std::memory_order_seq_cst))));
   detail::OpSignature sig;
   sig.coll = static_cast<uint8_t>(detail::CollKind::kAllreduce);
   sig.dtype = static_cast<uint8_t>(DataType::kInt64);
@@ -428,7 +430,14 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
   std::shared_ptr<detail::Op> exchange = detail::make_allreduce(sig, last.get(), last.get());
   exchange->keep_alive = last;
   if (core_->destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+  s.flushes_joined.store(number, std::memory_order_release);
   core_->submit(exchange);
+  // A failure from round b on fails this flush only if its round is b or later. When it comes
+  // from peers that left after joining this exchange (their flush returned, so its round is
+  // before b), the round is known once the exchange ends: wait for it before deciding.
+  auto spared = [&s, number] {
+    return s.failure_spares_flush.load(std::memory_order_acquire) >= number;
+  };
 
   std::optional<uint64_t> round;
   const auto timeout = core_->config().timeout;
@@ -439,8 +448,10 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
       push_event(PartialEvent{PartialEvent::Kind::kForce, *round, false, number});
     }
     if (round && consumed_ > *round) return *round;
-    EC_ASSIGN_OR_RETURN(std::optional<RoundResult> r, poll());
-    if (r) {
+    Result<std::optional<RoundResult>> polled = poll();
+    if (!polled.ok()) {
+      if (round || !spared()) return polled.status();
+    } else if (std::optional<RoundResult>& r = polled.value()) {
       if (apply) apply(std::move(*r));
       continue;
     }
@@ -449,7 +460,8 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
                               : Engine::Clock::time_point::max();
     const bool ready = core_->engine().wait(
         [&] {
-          return s.results.size_approx() > 0 || s.broken.load(std::memory_order_acquire) ||
+          return s.results.size_approx() > 0 ||
+                 (s.broken.load(std::memory_order_acquire) && (round || !spared())) ||
                  (!round && exchange->done());
         },
         deadline);

@@ -87,6 +87,12 @@ struct PartialShared {
   std::atomic<bool> broken{false};     // `error` is set before this turns true
   Status error;
   std::atomic<bool> closed{false};
+  // Flush exchanges this rank has joined (application thread); a leaving rank tells its peers.
+  std::atomic<uint64_t> flushes_joined{0};
+  // Set before `broken`: when the failure comes only from peers that left after joining flush
+  // exchanges up to this number, a flush with a number no higher still ends well if its round
+  // comes before the failed ones (0: any other failure).
+  std::atomic<uint64_t> failure_spares_flush{0};
 
   std::atomic<uint64_t> posts{0};
   std::atomic<uint64_t> late_posts{0};

@@ -72,10 +72,12 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
     case MsgKind::kStreamClosed:
       core_.release(m);
       peer_closed_[peer] = true;
-      break_from(h.a, make_status(StatusCode::kPeerFailed,
-                                  "partial allreduce: rank %d stopped taking part before round "
-                                  "%llu (it destroyed the object or its communicator)",
-                                  peer, static_cast<unsigned long long>(h.a)));
+      break_from(h.a,
+                 make_status(StatusCode::kPeerFailed,
+                             "partial allreduce: rank %d stopped taking part before round "
+                             "%llu (it destroyed the object or its communicator)",
+                             peer, static_cast<unsigned long long>(h.a)),
+                 h.b);
       return;
     default:
       break;
@@ -303,7 +305,9 @@ int PartialStream::deliver() {
   return n;
 }
 
-void PartialStream::break_from(uint64_t round, const Status& why) {
+void PartialStream::break_from(uint64_t round, const Status& why, uint64_t spares_flush) {
+  spares_flush_ = std::min(spares_flush_, spares_flush);
+  shared_->failure_spares_flush.store(spares_flush_, std::memory_order_release);
   if (round >= broken_from_) return;
   broken_from_ = round;
   broken_why_ = why;
@@ -351,8 +355,16 @@ void PartialStream::close(const Status& why) {
   // Rounds before delivered_ are finished here (every message this rank owed them was sent);
   // from delivered_ on, peers cannot count on this rank.
   const uint64_t from = delivered_;
+  // Peers inside a flush whose exchange this rank joined can still finish it (its round is
+  // before `from` when this rank's flush returned): say how many exchanges it joined.
+  MsgHeader h;
+  h.key = make_key(shared_->stream, 2 * from);
+  h.sig = data_sig_;
+  h.kind = static_cast<uint32_t>(MsgKind::kStreamClosed);
+  h.a = from;
+  h.b = shared_->flushes_joined.load(std::memory_order_acquire);
   for (int peer = 0; peer < P_; ++peer) {
-    if (peer != r_) send(peer, MsgKind::kStreamClosed, from);
+    if (peer != r_) core_.send_header(peer, h);
   }
   arrivals_.clear();
   break_from(from, why);

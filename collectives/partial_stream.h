@@ -68,7 +68,9 @@ class PartialStream final : public StreamHandler {
   // activate on any post (so ranks still in their loop never wait for a flushing rank).
   void reevaluate();
   bool flushing(int rank) const { return flushing_[rank] > flush_done_; }
-  void break_from(uint64_t round, const Status& why);
+  // Fails rounds from `round` on. `spares_flush` > 0: the cause is a peer that left after joining
+  // flush exchanges up to that number (see PartialShared::failure_spares_flush).
+  void break_from(uint64_t round, const Status& why, uint64_t spares_flush = 0);
   void send(int peer, MsgKind kind, uint64_t round);
   // Releases a message of a round this rank will never run (telling a lender so).
   void discard(InMessage* m, const MsgHeader& h);
@@ -88,6 +90,7 @@ class PartialStream final : public StreamHandler {
   std::map<uint64_t, std::vector<InMessage*>> stashed_;  // messages of rounds not started
   uint64_t broken_from_ = std::numeric_limits<uint64_t>::max();
   Status broken_why_;
+  uint64_t spares_flush_ = std::numeric_limits<uint64_t>::max();  // min over causes so far
   std::vector<bool> peer_closed_;
   bool closed_ = false;
   bool posted_ = false;

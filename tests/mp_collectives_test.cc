@@ -415,10 +415,7 @@ TEST(MultiProcess, PartialRanksThatCreateWithDifferentCountsAllFail) {
   ASSERT_TRUE(good.value()->post(g.data(), g.size(), DataType::kFloat32).ok());
   Result<size_t> flushed = good.value()->flush([](RoundResult&&) {});
   ASSERT_TRUE(flushed.ok()) << flushed.status().to_string();
-  // KNOWN BUG (open): a rank that destroys its object right after its flush() returned can make
-  // a peer still inside flush() fail with "rank N stopped taking part before round 1" (seen
-  // over processes under TSan). Until flush() is fixed, nobody leaves before everyone flushed.
-  ASSERT_TRUE(c.barrier().ok());
+  // No barrier: a rank leaves right after its flush() while peers may still be inside theirs.
 }
 
 TEST(MultiProcess, PartialDestroyWhileRoundsAreInFlight) {

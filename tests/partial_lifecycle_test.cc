@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include "tests/partial_harness.h"
@@ -245,6 +246,43 @@ TEST(PartialAllreduce, DestroyWhileRoundsAreInFlightIsCleanEverywhere) {
     for (int r = 1; r < P; ++r) {
       EXPECT_EQ(st[r].code(), StatusCode::kPeerFailed) << "rank " << r << ": " << st[r].to_string();
       EXPECT_NE(st[r].message().find("rank 0"), std::string::npos) << st[r].message();
+    }
+  }
+}
+
+// A rank whose flush() returned may destroy its object at once: peers still inside their flush
+// (the exchange not yet over there) must finish theirs, with every post accounted for.
+TEST(PartialAllreduce, RanksThatLeaveRightAfterFlushNeverFailPeersStillFlushing) {
+  for (int P : {2, 3, 5}) {
+    for (int iteration = 0; iteration < 100; ++iteration) {
+      auto w = World::make(P, test_config());
+      std::vector<Status> st(P);
+      std::vector<double> posted(P, 0), summed(P, 0);
+      w->run([&](int r, Communicator& c) {
+        auto made = PartialAllreduce::create(c, 4, DataType::kFloat32, PartialMode::solo());
+        ASSERT_TRUE(made.ok()) << made.status().to_string();
+        std::unique_ptr<PartialAllreduce> pa = std::move(made).value();
+        std::mt19937 prng(1000 * iteration + r);
+        const int posts = 1 + static_cast<int>(prng() % 3);
+        for (int i = 0; i < posts; ++i) {
+          std::vector<float> g(4, static_cast<float>(r + 1));
+          ASSERT_TRUE(pa->post(g.data(), g.size(), DataType::kFloat32).ok());
+          posted[r] += 4.0 * (r + 1);
+        }
+        if (prng() % 2) std::this_thread::sleep_for(std::chrono::microseconds(prng() % 2000));
+        Result<uint64_t> flushed = pa->flush([&](RoundResult&& x) {
+          for (size_t i = 0; i < 4; ++i) summed[r] += x.as<float>()[i];
+        });
+        st[r] = flushed.status();
+        pa.reset();  // no barrier: leave while the others may still be inside flush()
+      });
+      double total = 0;
+      for (int r = 0; r < P; ++r) total += posted[r];
+      for (int r = 0; r < P; ++r) {
+        ASSERT_TRUE(st[r].ok()) << "P=" << P << " iteration " << iteration << " rank " << r
+                                << ": " << st[r].to_string();
+        EXPECT_EQ(summed[r], total) << "P=" << P << " rank " << r;
+      }
     }
   }
 }
