@@ -1,9 +1,10 @@
 # Thin driver over the CMake presets (CMakePresets.json); CMake does the real work.
 #   make build    install missing packages, configure and build build/default
-#   make demo     build, then run the collective benchmark ($(DEMO_CMD))
+#   make demo     build, then the main job: 4 ranks train a Fashion-MNIST CNN in sync, solo and
+#                 majority mode under injected imbalance ($(DEMO_CMD))
 #   make check    default build + all tests, then the TSan and ASan builds + their tests
 #   make tsan | asan | install [PREFIX=...] | format | clean
-DEMO_CMD ?= ./build/default/bench/eagercomm-bench --ranks 4 -b 4 -e 64M -f 4 -n 20 -w 5 -c 1
+DEMO_CMD ?= ./sgd/demo.sh build/default
 
 WERROR ?= OFF
 PREFIX ?= /usr/local
@@ -53,7 +54,7 @@ install: build
 	$(CMAKE) --install build/default --prefix $(PREFIX)
 
 format:
-	find runtime transport collectives tools bench tests \
+	find runtime transport collectives sgd tools bench tests \
 	  \( -name '*.h' -o -name '*.cc' \) -type f -print0 | xargs -0 -r $(CLANG_FORMAT) -i
 
 clean:

@@ -33,6 +33,13 @@ set(_ec_libraries eagercomm)
 if(TARGET eagercomm_mpi)
   list(APPEND _ec_libraries eagercomm_mpi)  # communicator_from_mpi (collectives/communicator_mpi.h)
 endif()
+# The eager-SGD core and its data sets (the LibTorch adapter and eagercomm-train are used from
+# the build tree for now).
+foreach(lib IN ITEMS eagercomm_sgd eagercomm_sgd_data)
+  if(TARGET ${lib})
+    list(APPEND _ec_libraries ${lib})
+  endif()
+endforeach()
 install(TARGETS ${_ec_libraries} EXPORT eagercommTargets
   LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
     COMPONENT eagercomm_runtime NAMELINK_COMPONENT eagercomm_development
@@ -42,11 +49,12 @@ install(TARGETS ${_ec_libraries} EXPORT eagercommTargets
 
 # install(DIRECTORY) matches at install time, so a header added without re-running CMake is
 # still installed.
-foreach(folder IN ITEMS runtime transport collectives)
+foreach(folder IN ITEMS runtime transport collectives sgd)
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/${folder}/"
     DESTINATION "${_ec_include_root}/${folder}"
     COMPONENT eagercomm_development
-    FILES_MATCHING PATTERN "*.h")
+    FILES_MATCHING PATTERN "*.h"
+    PATTERN "torch" EXCLUDE PATTERN "train" EXCLUDE)  # sgd/: LibTorch parts stay in the tree
 endforeach()
 install(FILES "${EAGERCOMM_GENERATED_DIR}/runtime/build_config.h"
   DESTINATION "${_ec_include_root}/runtime"

@@ -21,10 +21,14 @@ using detail::PartialShared;
 
 std::string PartialMode::name() const {
   switch (kind) {
-    case PartialKind::kSync: return "sync";
-    case PartialKind::kSolo: return "solo";
-    case PartialKind::kMajority: return "majority";
-    case PartialKind::kQuorum: return "quorum(" + std::to_string(quorum) + ")";
+    case PartialKind::kSync:
+      return "sync";
+    case PartialKind::kSolo:
+      return "solo";
+    case PartialKind::kMajority:
+      return "majority";
+    case PartialKind::kQuorum:
+      return "quorum(" + std::to_string(quorum) + ")";
   }
   return "?";
 }
@@ -78,9 +82,7 @@ int RoundResult::fresh_count() const {
   for (int r = 0; r < size_; ++r) n += fresh(r);
   return n;
 }
-bool RoundResult::fresh(int rank) const {
-  return rank >= 0 && rank < size_ && meta_[rank] != 0;
-}
+bool RoundResult::fresh(int rank) const { return rank >= 0 && rank < size_ && meta_[rank] != 0; }
 int RoundResult::contributors() const {
   int n = 0;
   for (int r = 0; r < size_; ++r) n += posts(r) > 0;
@@ -119,8 +121,8 @@ struct Descriptor {
 };
 static_assert(sizeof(Descriptor) % 8 == 0);
 
-Descriptor describe_args(size_t count, DataType type, PartialMode mode,
-                         const PartialOptions& o, uint32_t stream) {
+Descriptor describe_args(size_t count, DataType type, PartialMode mode, const PartialOptions& o,
+                         uint32_t stream) {
   Descriptor d{};
   d.count = count;
   d.seed = o.seed;
@@ -139,8 +141,8 @@ std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_
   char buf[256];
   auto say = [&](const char* what, unsigned long long x, unsigned long long y) {
     snprintf(buf, sizeof(buf),
-             "partial allreduce: rank %d created it with %s=%llu but rank %d with %s=%llu",
-             rank_a, what, x, rank_b, what, y);
+             "partial allreduce: rank %d created it with %s=%llu but rank %d with %s=%llu", rank_a,
+             what, x, rank_b, what, y);
     return std::string(buf);
   };
   if (a.count != b.count) return say("count", a.count, b.count);
@@ -167,12 +169,16 @@ std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_
 
 Status validate(const Descriptor& d, int size) {
   if (!is_valid_dtype(d.dtype)) {
-    return make_status(StatusCode::kInvalidArgument, "partial allreduce: data type %u is not a "
-                       "DataType", d.dtype);
+    return make_status(StatusCode::kInvalidArgument,
+                       "partial allreduce: data type %u is not a "
+                       "DataType",
+                       d.dtype);
   }
   if (d.kind > 3) {
-    return make_status(StatusCode::kInvalidArgument, "partial allreduce: mode %u is not a "
-                       "PartialKind", d.kind);
+    return make_status(StatusCode::kInvalidArgument,
+                       "partial allreduce: mode %u is not a "
+                       "PartialKind",
+                       d.kind);
   }
   if (d.kind == static_cast<uint32_t>(PartialKind::kQuorum) && (d.quorum < 1 || d.quorum > size)) {
     return make_status(StatusCode::kInvalidArgument,
@@ -180,8 +186,10 @@ Status validate(const Descriptor& d, int size) {
                        size, size);
   }
   if (d.late > 1) {
-    return make_status(StatusCode::kInvalidArgument, "partial allreduce: late policy %u is not "
-                       "carry (0) or drop (1)", d.late);
+    return make_status(StatusCode::kInvalidArgument,
+                       "partial allreduce: late policy %u is not "
+                       "carry (0) or drop (1)",
+                       d.late);
   }
   if (d.result_depth < 1 || d.result_depth > 1024) {
     return make_status(StatusCode::kInvalidArgument,
@@ -202,10 +210,9 @@ PartialAllreduce::PartialAllreduce(std::shared_ptr<detail::CommCore> core,
 
 PartialAllreduce::~PartialAllreduce() { destroy(); }
 
-Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator& comm,
-                                                                  size_t count, DataType type,
-                                                                  PartialMode mode,
-                                                                  const PartialOptions& options) {
+Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator& comm, size_t count,
+                                                                   DataType type, PartialMode mode,
+                                                                   const PartialOptions& options) {
   std::shared_ptr<detail::CommCore> core = comm.core_;
   if (core->destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
   const int P = core->size();
@@ -256,7 +263,8 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   EC_RETURN_IF_ERROR(core->attach_stream(stream, pa->stream_.get()));
   // Rounds need every rank's engine while its application computes.
   if (core->config().progress_thread == ProgressThreadMode::kAuto) core->engine().start_thread();
-  EC_INFO(kPartial, "rank %d: partial allreduce %u: %zu x %s, mode %s, %s, sync_every %u, "
+  EC_INFO(kPartial,
+          "rank %d: partial allreduce %u: %zu x %s, mode %s, %s, sync_every %u, "
           "result_depth %u",
           rank, stream, count, std::string(dtype_name(type)).c_str(), mode.name().c_str(),
           options.late == LatePolicy::kCarry ? "carry" : "drop", options.sync_every,
@@ -419,8 +427,8 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
   // everywhere, closes the books. The exchange runs while results keep flowing. (The open
   // round, not `activated`: the engine publishes that after opening the next round, and a post
   // may already sit in the new round.)
-  auto last = std::make_shared<int64_t>(static_cast<int64_t>(
-      PartialShared::open_round(s.open.load(std::memory_order_seq_cst))));
+  auto last = std::make_shared<int64_t>(
+      static_cast<int64_t>(PartialShared::open_round(s.open.load(std::memory_order_seq_cst))));
   detail::OpSignature sig;
   sig.coll = static_cast<uint8_t>(detail::CollKind::kAllreduce);
   sig.dtype = static_cast<uint8_t>(DataType::kInt64);
@@ -480,9 +488,8 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
 void PartialAllreduce::destroy() {
   if (!shared_ || shared_->closed.exchange(true, std::memory_order_acq_rel)) return;
   detail::PartialStream* stream = stream_.get();
-  core_->engine().run_exclusive([stream] {
-    stream->close(Status(StatusCode::kAborted, "partial allreduce: destroyed"));
-  });
+  core_->engine().run_exclusive(
+      [stream] { stream->close(Status(StatusCode::kAborted, "partial allreduce: destroyed")); });
   core_->detach_stream(shared_->stream);
   core_->engine().notify_waiters();
 }

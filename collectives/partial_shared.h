@@ -108,9 +108,7 @@ struct PartialShared {
     return mode.kind == PartialKind::kSync ||
            (options.sync_every > 0 && (round + 1) % options.sync_every == 0);
   }
-  int quorum(uint64_t round) const {
-    return synchronous(round) ? size : mode.quorum;
-  }
+  int quorum(uint64_t round) const { return synchronous(round) ? size : mode.quorum; }
   int coordinator(uint64_t round) const { return static_cast<int>(round % size); }
   int initiator(uint64_t round) const;  // majority: drawn from (seed, round)
 

@@ -30,9 +30,8 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
   meta_sig_ = data_sig_;
   meta_sig_.dtype = static_cast<uint8_t>(DataType::kInt64);
   meta_sig_.count = 3 * static_cast<uint64_t>(P_);
-  meta_sig_.reserved = static_cast<uint8_t>(
-      choose_allreduce(core_.config(), meta_sig_.count * 8, core_.payload_capacity(),
-                       core_.maps_peer_memory()));
+  meta_sig_.reserved = static_cast<uint8_t>(choose_allreduce(
+      core_.config(), meta_sig_.count * 8, core_.payload_capacity(), core_.maps_peer_memory()));
 }
 
 PartialStream::~PartialStream() {
@@ -195,8 +194,8 @@ bool PartialStream::activate_next() {
   uint32_t fresh_buffer = 0;
   if (!shared_->free_buffers.try_pop(fresh_buffer)) return false;  // back-pressure
   const uint64_t round = activated_;
-  const uint64_t old =
-      shared_->open.exchange(PartialShared::pack(round + 1, fresh_buffer), std::memory_order_seq_cst);
+  const uint64_t old = shared_->open.exchange(PartialShared::pack(round + 1, fresh_buffer),
+                                              std::memory_order_seq_cst);
   if (PartialShared::open_round(old) != round) {
     EC_ERROR(kPartial, "rank %d: partial allreduce: open round %llu, expected %llu", r_,
              static_cast<unsigned long long>(PartialShared::open_round(old)),

@@ -94,9 +94,9 @@ class PartialStream final : public StreamHandler {
   std::vector<bool> peer_closed_;
   bool closed_ = false;
   bool posted_ = false;
-  uint64_t last_posted_ = 0;              // latest round this rank posted fresh into
-  std::vector<uint64_t> flushing_;        // per rank: number of the flush it is in (0: none)
-  uint64_t flush_done_ = 0;               // flushes whose round has activated here
+  uint64_t last_posted_ = 0;                   // latest round this rank posted fresh into
+  std::vector<uint64_t> flushing_;             // per rank: number of the flush it is in (0: none)
+  uint64_t flush_done_ = 0;                    // flushes whose round has activated here
   std::map<uint64_t, uint64_t> flush_rounds_;  // flush number -> its round
 };
 

@@ -19,6 +19,9 @@ optional=(libibverbs-dev librdmacm-dev libucx-dev ucx-utils libopenmpi-dev openm
   libgloo-dev python3-matplotlib)
 # What the multi-process test scripts use: python3, ip(8) for the network-namespace hosts.
 optional+=(python3 iproute2)
+# The eager-SGD trainer (`make demo`): LibTorch (with a threaded BLAS, or it is slow), zlib for
+# the gzipped IDX files, and the Fashion-MNIST data set.
+optional+=(libtorch-dev libopenblas0-pthread zlib1g-dev dataset-fashion-mnist)
 extra=()
 if [[ -n ${EAGERCOMM_DEPS_EXTRA:-} ]]; then
   read -r -a extra <<<"${EAGERCOMM_DEPS_EXTRA//,/ }"

@@ -279,8 +279,8 @@ TEST(PartialAllreduce, RanksThatLeaveRightAfterFlushNeverFailPeersStillFlushing)
       double total = 0;
       for (int r = 0; r < P; ++r) total += posted[r];
       for (int r = 0; r < P; ++r) {
-        ASSERT_TRUE(st[r].ok()) << "P=" << P << " iteration " << iteration << " rank " << r
-                                << ": " << st[r].to_string();
+        ASSERT_TRUE(st[r].ok()) << "P=" << P << " iteration " << iteration << " rank " << r << ": "
+                                << st[r].to_string();
         EXPECT_EQ(summed[r], total) << "P=" << P << " rank " << r;
       }
     }

@@ -1,0 +1,188 @@
+#include "sgd/eager_sgd.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/log.h"
+
+namespace eagercomm::sgd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+double SgdStats::fresh_fraction(int size) const {
+  if (rounds_applied == 0 || size <= 0) return 0.0;
+  return static_cast<double>(fresh_contributions) /
+         (static_cast<double>(rounds_applied) * static_cast<double>(size));
+}
+
+double SgdStats::mean_staleness() const {
+  uint64_t rounds = 0, sum = 0;
+  for (size_t a = 0; a < staleness.size(); ++a) {
+    rounds += staleness[a];
+    sum += staleness[a] * a;
+  }
+  return rounds ? static_cast<double>(sum) / static_cast<double>(rounds) : 0.0;
+}
+
+int SgdStats::max_staleness() const {
+  for (size_t a = staleness.size(); a-- > 0;) {
+    if (staleness[a]) return static_cast<int>(a);
+  }
+  return 0;
+}
+
+Result<std::unique_ptr<EagerSgd>> EagerSgd::create(Communicator& comm, float* params, float* grads,
+                                                   size_t count, MemoryKind memory,
+                                                   const SgdOptions& options) {
+  // Local checks first, but every rank still takes part in the collective create below so that
+  // a rank with bad arguments cannot leave the others waiting: its partial allreduce is made
+  // with a count no other rank uses, which fails the creation on every rank.
+  Status local;
+  if (memory == MemoryKind::kCuda) {
+    local = Status(StatusCode::kNotSupported,
+                   "eager SGD: CUDA buffers are not supported yet (host memory only)");
+  } else if (memory != MemoryKind::kHost) {
+    local = make_status(StatusCode::kInvalidArgument, "eager SGD: memory kind %d is unknown",
+                        static_cast<int>(memory));
+  } else if (count == 0) {
+    local = Status(StatusCode::kInvalidArgument, "eager SGD: zero parameters");
+  } else if (params == nullptr || grads == nullptr) {
+    local = Status(StatusCode::kInvalidArgument, "eager SGD: null parameter or gradient buffer");
+  } else if (params == grads) {
+    local = Status(StatusCode::kInvalidArgument,
+                   "eager SGD: parameters and gradients are the same buffer");
+  } else if (!(options.momentum >= 0 && options.momentum < 1)) {
+    local = make_status(StatusCode::kInvalidArgument, "eager SGD: momentum %g is not in [0, 1)",
+                        options.momentum);
+  } else if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
+    local = make_status(StatusCode::kInvalidArgument,
+                        "eager SGD: weight decay %g must be finite and >= 0", options.weight_decay);
+  } else {
+    local = options.lr.validate();
+  }
+  // A count of 0 elements is never a valid object size elsewhere: it marks "this rank failed".
+  Result<std::unique_ptr<PartialAllreduce>> pa = PartialAllreduce::create(
+      comm, local.ok() ? count : 0, DataType::kFloat32, options.mode, options.partial);
+  if (!local.ok()) return local;
+  if (!pa.ok()) {
+    return make_status(pa.status().code(), "eager SGD on rank %d: %s", comm.rank(),
+                       pa.status().message().c_str());
+  }
+  if (options.broadcast_initial) {
+    Status st = comm.broadcast(params, count, DataType::kFloat32, 0);
+    if (!st.ok()) {
+      return make_status(st.code(), "eager SGD: broadcasting the initial parameters: %s",
+                         st.message().c_str());
+    }
+  }
+  EC_INFO(kSgd,
+          "rank %d: eager SGD over %zu parameters, mode %s, lr %s, momentum %g, "
+          "weight decay %g",
+          comm.rank(), count, options.mode.name().c_str(), options.lr.describe().c_str(),
+          options.momentum, options.weight_decay);
+  return std::unique_ptr<EagerSgd>(
+      new EagerSgd(options, params, grads, count, comm.rank(), comm.size(), std::move(pa).value()));
+}
+
+EagerSgd::EagerSgd(const SgdOptions& options, float* params, float* grads, size_t count, int rank,
+                   int size, std::unique_ptr<PartialAllreduce> pa)
+    : options_(options),
+      params_(params),
+      grads_(grads),
+      count_(count),
+      rank_(rank),
+      size_(size),
+      pa_(std::move(pa)),
+      velocity_(options.momentum > 0 ? count : 0, 0.0f) {}
+
+EagerSgd::~EagerSgd() = default;
+
+std::chrono::nanoseconds EagerSgd::wait_timeout() const {
+  return options_.timeout;  // 0: PartialAllreduce::wait() uses EAGERCOMM_TIMEOUT
+}
+
+void EagerSgd::apply(const RoundResult& result) {
+  const auto start = Clock::now();
+  const float lr = static_cast<float>(options_.lr.at(result.round()));
+  const float mu = static_cast<float>(options_.momentum);
+  const float wd = static_cast<float>(options_.weight_decay);
+  std::span<const float> g = result.as<float>();
+  float* p = params_;
+  if (velocity_.empty()) {
+    for (size_t i = 0; i < count_; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+  } else {
+    float* v = velocity_.data();
+    for (size_t i = 0; i < count_; ++i) {
+      v[i] = mu * v[i] + (g[i] + wd * p[i]);
+      p[i] -= lr * v[i];
+    }
+  }
+  ++stats_.rounds_applied;
+  stats_.fresh_contributions += static_cast<uint64_t>(result.fresh_count());
+  const size_t age = std::min<size_t>(static_cast<size_t>(std::max(result.max_age(), 0)),
+                                      stats_.staleness.size() - 1);
+  ++stats_.staleness[age];
+  stats_.applying += Clock::now() - start;
+}
+
+Result<int> EagerSgd::drain() {
+  int n = 0;
+  for (;;) {
+    EC_ASSIGN_OR_RETURN(std::optional<RoundResult> r, pa_->poll());
+    if (!r) return n;
+    apply(*r);
+    ++n;
+  }
+}
+
+Status EagerSgd::step() {
+  const auto entered = Clock::now();
+  if (returned_once_) stats_.computing += entered - last_return_;
+  ++stats_.steps;
+  const float scale = 1.0f / static_cast<float>(size_);
+  for (size_t i = 0; i < count_; ++i) grads_[i] *= scale;
+  EC_RETURN_IF_ERROR(pa_->post(grads_, count_, DataType::kFloat32));
+  const PartialStats ps = pa_->stats();
+  const uint64_t late = ps.late_posts;
+  if (late > late_seen_) {
+    ++stats_.late_posts;
+  } else {
+    ++stats_.fresh_posts;
+  }
+  late_seen_ = late;
+
+  EC_ASSIGN_OR_RETURN(int applied, drain());
+  if (applied == 0) {
+    // Nothing completed since this rank's previous post: wait for the round its post is in.
+    ++stats_.blocking_steps;
+    const auto start = Clock::now();
+    Result<RoundResult> r =
+        options_.timeout.count() > 0 ? pa_->wait(options_.timeout) : pa_->wait();
+    stats_.waiting += Clock::now() - start;
+    if (!r.ok()) return r.status();
+    apply(r.value());
+    EC_ASSIGN_OR_RETURN(applied, drain());
+  }
+  last_return_ = Clock::now();
+  returned_once_ = true;
+  return Status::Ok();
+}
+
+Status EagerSgd::finish() {
+  const auto start = Clock::now();
+  if (returned_once_) stats_.computing += start - last_return_;
+  Result<uint64_t> flushed = pa_->flush([this](RoundResult&& r) { apply(r); });
+  stats_.waiting += Clock::now() - start;
+  last_return_ = Clock::now();
+  returned_once_ = true;
+  if (!flushed.ok()) return flushed.status();
+  EC_DEBUG(kSgd, "rank %d: eager SGD flushed at round %llu, %llu rounds applied", rank_,
+           static_cast<unsigned long long>(flushed.value()),
+           static_cast<unsigned long long>(stats_.rounds_applied));
+  return Status::Ok();
+}
+
+}  // namespace eagercomm::sgd

@@ -1,0 +1,124 @@
+// EagerSgd: data-parallel momentum SGD on top of PartialAllreduce (DESIGN.md section 6), over one
+// flat parameter buffer and one flat gradient buffer, independent of any framework.
+//
+//   auto opt = sgd::EagerSgd::create(comm, params, grads, n, sgd::MemoryKind::kHost, options);
+//   for (step ...) {
+//     compute_gradient(params, grads);   // the framework's forward/backward
+//     opt.value()->step();               // post grads / P, apply every completed round
+//   }
+//   opt.value()->finish();               // flush: every posted gradient applied exactly once
+//
+// step() posts the gradient divided by P (the buffer is scaled in place) into the partial
+// allreduce, then applies every round that has completed, in round order. It blocks only when
+// no round has completed since its own previous post: a fast rank waits for the round its post
+// started, a late rank applies what finished while it computed and goes on. Every rank applies
+// the same rounds in the same order with the same arithmetic (the rate is a function of the
+// round, see LrSchedule), so replicas stay bit-identical without copying checkpoints around;
+// create() broadcasts rank 0's initial parameters so that they also start identical.
+//
+// The update of round r, with g the round's sum (the mean of the fresh and carried gradients it
+// contains, each rank having divided by P) and PyTorch's conventions:
+//   d = g + weight_decay * p;   v = momentum * v + d;   p -= lr(r) * v
+//
+// Threading: one application thread per object; the communicator's progress thread takes part
+// in rounds while the application computes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "collectives/partial_allreduce.h"
+#include "runtime/status.h"
+#include "sgd/lr_schedule.h"
+
+namespace eagercomm::sgd {
+
+// Where the flat buffers live. Only host memory is supported so far; CUDA buffers come with the
+// GPU transport (issue #6) and are refused with kNotSupported until then.
+enum class MemoryKind : uint8_t { kHost = 0, kCuda = 1 };
+
+struct SgdOptions {
+  PartialMode mode = PartialMode::solo();
+  PartialOptions partial;  // late policy, sync_every, seed, result_depth
+  LrSchedule lr;
+  double momentum = 0.9;      // [0, 1)
+  double weight_decay = 0.0;  // >= 0
+  // Rank 0's parameters are broadcast at create() so that every replica starts identical.
+  bool broadcast_initial = true;
+  // How long step() and finish() wait for a round before giving up (0: EAGERCOMM_TIMEOUT).
+  std::chrono::nanoseconds timeout{0};
+};
+
+struct SgdStats {
+  uint64_t steps = 0;                // step() calls
+  uint64_t rounds_applied = 0;       // results applied (== rounds, identical on every rank)
+  uint64_t fresh_posts = 0;          // own posts that landed in the round they were meant for
+  uint64_t late_posts = 0;           // own posts carried into a later round (or dropped)
+  uint64_t blocking_steps = 0;       // steps that had to wait for a round
+  uint64_t fresh_contributions = 0;  // sum over applied rounds of their fresh ranks
+  // staleness[a]: applied rounds whose oldest carried gradient was a rounds old (the last bin
+  // counts everything older).
+  std::vector<uint64_t> staleness = std::vector<uint64_t>(9, 0);
+  std::chrono::nanoseconds computing{0};  // between step() calls (the application's work)
+  std::chrono::nanoseconds waiting{0};    // blocked inside step() / finish() for rounds
+  std::chrono::nanoseconds applying{0};   // applying results
+
+  // Mean fraction of ranks that were fresh in the applied rounds.
+  double fresh_fraction(int size) const;
+  // Mean and max of the per-round oldest staleness.
+  double mean_staleness() const;
+  int max_staleness() const;
+};
+
+class EagerSgd {
+ public:
+  // Collective over `comm`: every rank calls it with the same count and options.
+  // `params` and `grads` are `count` floats the caller keeps alive for the object's lifetime.
+  static Result<std::unique_ptr<EagerSgd>> create(Communicator& comm, float* params, float* grads,
+                                                  size_t count, MemoryKind memory,
+                                                  const SgdOptions& options);
+  ~EagerSgd();
+  EagerSgd(const EagerSgd&) = delete;
+  EagerSgd& operator=(const EagerSgd&) = delete;
+
+  // After the local backward pass: posts grads / P and applies completed rounds (see above).
+  Status step();
+  // Collective: flushes every carried gradient and applies the remaining rounds. step() may be
+  // called again afterwards (a new phase, e.g. the next epoch).
+  Status finish();
+
+  const SgdStats& stats() const { return stats_; }
+  // Rounds applied so far (the model version): identical on every rank after finish().
+  uint64_t version() const { return stats_.rounds_applied; }
+  double current_lr() const { return options_.lr.at(stats_.rounds_applied); }
+  const SgdOptions& options() const { return options_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  EagerSgd(const SgdOptions& options, float* params, float* grads, size_t count, int rank, int size,
+           std::unique_ptr<PartialAllreduce> pa);
+  // Applies every round already complete; returns how many.
+  Result<int> drain();
+  void apply(const RoundResult& result);
+  std::chrono::nanoseconds wait_timeout() const;
+
+  SgdOptions options_;
+  float* params_;
+  float* grads_;
+  size_t count_;
+  int rank_;
+  int size_;
+  std::unique_ptr<PartialAllreduce> pa_;
+  std::vector<float> velocity_;
+  SgdStats stats_;
+  std::chrono::steady_clock::time_point last_return_;
+  bool returned_once_ = false;
+  uint64_t late_seen_ = 0;  // PartialStats late + dropped posts at the previous step
+};
+
+}  // namespace eagercomm::sgd

@@ -1,0 +1,188 @@
+#include "sgd/train/train_options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+#include "sgd/lr_schedule.h"
+
+namespace eagercomm::sgd {
+namespace {
+
+Status bad(const std::string& option, const std::string& value, const char* why) {
+  return make_status(StatusCode::kInvalidArgument, "eagercomm-train: %s '%s': %s", option.c_str(),
+                     value.c_str(), why);
+}
+
+Result<int64_t> to_int(const std::string& option, const std::string& value, int64_t lo,
+                       int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || errno != 0 || *end != '\0') return bad(option, value, "not an integer");
+  if (v < lo || v > hi) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "eagercomm-train: %s '%s': out of range [%lld, %lld]", option.c_str(),
+                       value.c_str(), static_cast<long long>(lo), static_cast<long long>(hi));
+  }
+  return static_cast<int64_t>(v);
+}
+
+Result<double> to_double(const std::string& option, const std::string& value, double lo,
+                         double hi) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || errno != 0 || *end != '\0' || !std::isfinite(v)) {
+    return bad(option, value, "not a number");
+  }
+  if (v < lo || v > hi) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "eagercomm-train: %s '%s': out of range [%g, %g]", option.c_str(),
+                       value.c_str(), lo, hi);
+  }
+  return v;
+}
+
+Result<std::vector<PartialMode>> to_modes(const std::string& option, const std::string& value) {
+  std::vector<PartialMode> out;
+  size_t at = 0;
+  while (at <= value.size()) {
+    size_t end = value.find(',', at);
+    if (end == std::string::npos) end = value.size();
+    Result<PartialMode> m = parse_partial_mode(value.substr(at, end - at));
+    if (!m.ok()) {
+      return bad(option, value, "modes are sync, solo, majority, quorum:K (comma-separated)");
+    }
+    out.push_back(m.value());
+    at = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string train_usage() {
+  return R"(usage: eagercomm-train [options]     (start with eagercomm-run -n P, mpirun or torchrun)
+  --model M          cnn | resnet20 (Fashion-MNIST) | lstm (variable-length sequences) [cnn]
+  --mode LIST        sync,solo,majority,quorum:K, trained one after the other [solo]
+  --epochs N         epochs per mode [1]
+  --batch B          samples per rank and step [64]
+  --lr X             base learning rate [0.05]
+  --momentum X       [0.9]           --weight-decay X   [5e-4]
+  --warmup N         linear warm-up over N rounds [0]
+  --milestones R,..  multiply the rate by --gamma at these rounds []   --gamma X [0.1]
+  --sync-every N     every N-th round synchronous [0: never]
+  --imbalance K:D    each step K ranks, drawn by a shared PRNG, sleep D ms [none]
+  --seed S           model initialisation, shuffling, imbalance draws [1]
+  --train-limit N    use the first N training samples [all]
+  --test-limit N     evaluate on the first N test samples [all]
+  --data DIR         Fashion-MNIST directory [Debian's dataset-fashion-mnist]
+  --threads T        torch threads per rank [1]
+  --log-every N      progress line on rank 0 every N steps [50; 0: none]
+  --json FILE        write the report as JSON (- for standard output)
+  --curve FILE       write test accuracy against wall-clock time as CSV (for plotting)
+)";
+}
+
+Result<TrainOptions> parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  using Setter = std::function<Status(const std::string&, const std::string&)>;
+  auto integer = [](auto* field, int64_t lo, int64_t hi) -> Setter {
+    return [field, lo, hi](const std::string& opt, const std::string& v) -> Status {
+      EC_ASSIGN_OR_RETURN(int64_t x, to_int(opt, v, lo, hi));
+      *field = static_cast<std::remove_pointer_t<decltype(field)>>(x);
+      return Status::Ok();
+    };
+  };
+  auto real = [](double* field, double lo, double hi) -> Setter {
+    return [field, lo, hi](const std::string& opt, const std::string& v) -> Status {
+      EC_ASSIGN_OR_RETURN(*field, to_double(opt, v, lo, hi));
+      return Status::Ok();
+    };
+  };
+  auto text = [](std::string* field) -> Setter {
+    return [field](const std::string&, const std::string& v) -> Status {
+      *field = v;
+      return Status::Ok();
+    };
+  };
+  const int64_t big = int64_t{1} << 40;
+  const std::map<std::string, Setter> setters = {
+      {"--model",
+       [&o](const std::string& opt, const std::string& v) -> Status {
+         if (v != "cnn" && v != "resnet20" && v != "lstm") {
+           return bad(opt, v, "models are cnn, resnet20 and lstm");
+         }
+         o.model = v;
+         return Status::Ok();
+       }},
+      {"--mode",
+       [&o](const std::string& opt, const std::string& v) -> Status {
+         EC_ASSIGN_OR_RETURN(o.modes, to_modes(opt, v));
+         return Status::Ok();
+       }},
+      {"--epochs", integer(&o.epochs, 1, 100000)},
+      {"--batch", integer(&o.batch, 1, 1 << 20)},
+      {"--lr", real(&o.lr, 1e-12, 1e6)},
+      {"--momentum", real(&o.momentum, 0.0, 0.999999)},
+      {"--weight-decay", real(&o.weight_decay, 0.0, 1.0)},
+      {"--warmup", integer(&o.warmup_rounds, 0, big)},
+      {"--milestones",
+       [&o](const std::string&, const std::string& v) -> Status {
+         EC_ASSIGN_OR_RETURN(o.milestones, parse_milestones(v));
+         return Status::Ok();
+       }},
+      {"--gamma", real(&o.gamma, 1e-12, 1.0)},
+      {"--sync-every", integer(&o.sync_every, 0, 1 << 30)},
+      {"--imbalance",
+       [&o](const std::string& opt, const std::string& v) -> Status {
+         const size_t colon = v.find(':');
+         if (colon == std::string::npos) return bad(opt, v, "expected K:D (ranks:milliseconds)");
+         EC_ASSIGN_OR_RETURN(int64_t k, to_int(opt, v.substr(0, colon), 0, 1 << 20));
+         EC_ASSIGN_OR_RETURN(o.imbalance_ms, to_double(opt, v.substr(colon + 1), 0.0, 1e6));
+         o.imbalance_k = static_cast<int>(k);
+         return Status::Ok();
+       }},
+      {"--seed", integer(&o.seed, 0, INT64_MAX)},
+      {"--json", text(&o.json)},
+      {"--curve", text(&o.curve)},
+      {"--data", text(&o.data_dir)},
+      {"--train-limit", integer(&o.train_limit, 0, big)},
+      {"--test-limit", integer(&o.test_limit, 0, big)},
+      {"--threads", integer(&o.threads, 1, 1024)},
+      {"--log-every", integer(&o.log_every, 0, 1 << 30)},
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+      continue;
+    }
+    std::string value;
+    bool have_value = false;
+    if (const size_t eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      have_value = true;
+    }
+    auto it = setters.find(arg);
+    if (it == setters.end()) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "eagercomm-train: unknown option '%s' (try --help)", arg.c_str());
+    }
+    if (!have_value) {
+      if (i + 1 >= argc) {
+        return make_status(StatusCode::kInvalidArgument, "eagercomm-train: %s needs a value",
+                           arg.c_str());
+      }
+      value = argv[++i];
+    }
+    EC_RETURN_IF_ERROR(it->second(arg, value));
+  }
+  return o;
+}
+
+}  // namespace eagercomm::sgd
