@@ -100,10 +100,6 @@ EagerSgd::EagerSgd(const SgdOptions& options, float* params, float* grads, size_
 
 EagerSgd::~EagerSgd() = default;
 
-std::chrono::nanoseconds EagerSgd::wait_timeout() const {
-  return options_.timeout;  // 0: PartialAllreduce::wait() uses EAGERCOMM_TIMEOUT
-}
-
 void EagerSgd::apply(const RoundResult& result) {
   const auto start = Clock::now();
   const float lr = static_cast<float>(options_.lr.at(result.round()));
@@ -145,8 +141,9 @@ Status EagerSgd::step() {
   const float scale = 1.0f / static_cast<float>(size_);
   for (size_t i = 0; i < count_; ++i) grads_[i] *= scale;
   EC_RETURN_IF_ERROR(pa_->post(grads_, count_, DataType::kFloat32));
+  // A post that missed its round is counted late whether it was carried or dropped.
   const PartialStats ps = pa_->stats();
-  const uint64_t late = ps.late_posts;
+  const uint64_t late = ps.late_posts + ps.dropped_posts;
   if (late > late_seen_) {
     ++stats_.late_posts;
   } else {

@@ -49,7 +49,8 @@ struct SgdOptions {
   double weight_decay = 0.0;  // >= 0
   // Rank 0's parameters are broadcast at create() so that every replica starts identical.
   bool broadcast_initial = true;
-  // How long step() and finish() wait for a round before giving up (0: EAGERCOMM_TIMEOUT).
+  // How long step() waits for a round before giving up (0: EAGERCOMM_TIMEOUT). finish() always
+  // uses EAGERCOMM_TIMEOUT (the flush's own limit).
   std::chrono::nanoseconds timeout{0};
 };
 
@@ -105,7 +106,6 @@ class EagerSgd {
   // Applies every round already complete; returns how many.
   Result<int> drain();
   void apply(const RoundResult& result);
-  std::chrono::nanoseconds wait_timeout() const;
 
   SgdOptions options_;
   float* params_;
@@ -118,7 +118,7 @@ class EagerSgd {
   SgdStats stats_;
   std::chrono::steady_clock::time_point last_return_;
   bool returned_once_ = false;
-  uint64_t late_seen_ = 0;  // PartialStats late + dropped posts at the previous step
+  uint64_t late_seen_ = 0;  // PartialStats late + dropped posts after the previous post
 };
 
 }  // namespace eagercomm::sgd

@@ -238,6 +238,13 @@ uint8_t pattern(int sender, uint32_t msg, size_t j) {
   return static_cast<uint8_t>(sender * 131 + msg * 7 + j);
 }
 
+// notify(), retried while the receiver's ring is full (kBusy); any other status is returned.
+Status notify_when_room(Transport& t, int peer, uint32_t tag) {
+  Status s;
+  while ((s = t.notify(peer, tag)).code() == StatusCode::kBusy) std::this_thread::yield();
+  return s;
+}
+
 std::vector<TransportCompletion> poll_all(Transport& t) {
   std::vector<TransportCompletion> out;
   TransportCompletion buf[16];
@@ -423,11 +430,7 @@ TEST(ShmTransport, NoWakeUpIsLostWhenNotificationsRaceTheSleep) {
       const bool sends = (i % 2) == c.rank;  // take turns: each side sleeps half the time
       if (sends) {
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
-        Status s;
-        while ((s = c.t->notify(1 - c.rank, static_cast<uint32_t>(i))).code() ==
-               StatusCode::kBusy) {
-        }
-        CHILD_OK(s);
+        CHILD_OK(notify_when_room(*c.t, 1 - c.rank, static_cast<uint32_t>(i)));
         continue;
       }
       const auto t0 = Clock::now();
@@ -501,15 +504,7 @@ TEST(ShmTransport, WaitOnAnotherThreadThanThePollerLosesNothing) {
     c.connect_all();
     c.barrier("go");
     if (c.rank == 0) {
-      for (uint32_t i = 0; i < kMsgs;) {
-        Status s = c.t->notify(1, i);
-        if (s.code() == StatusCode::kBusy) {
-          std::this_thread::yield();
-          continue;
-        }
-        CHILD_OK(s);
-        ++i;
-      }
+      for (uint32_t i = 0; i < kMsgs; ++i) CHILD_OK(notify_when_room(*c.t, 1, i));
     } else {
       std::atomic<uint32_t> seen{0};
       std::atomic<bool> stop{false};
@@ -561,15 +556,9 @@ TEST(ShmTransport, StoresThroughTheMappingAreVisibleWithTheNotification) {
       CHILD_CHECK(remote.ok(), "%s", remote.status().to_string().c_str());
       auto* words = static_cast<uint32_t*>(c.t->mapped_address(*remote.value()));
       CHILD_CHECK(words != nullptr, "no mapping");
-      for (uint32_t i = 1; i <= kMsgs;) {
+      for (uint32_t i = 1; i <= kMsgs; ++i) {
         words[i % 16384] = i;  // values only grow per word
-        Status s = c.t->notify(1, i);
-        if (s.code() == StatusCode::kBusy) {
-          std::this_thread::yield();
-          continue;
-        }
-        CHILD_OK(s);
-        ++i;
+        CHILD_OK(notify_when_room(*c.t, 1, i));
       }
     } else {
       const auto* words = static_cast<const volatile uint32_t*>(region.value()->data());

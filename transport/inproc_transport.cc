@@ -12,6 +12,7 @@
 #include "runtime/bounded_queue.h"
 #include "runtime/event_count.h"
 #include "runtime/log.h"
+#include "transport/local_completions.h"
 
 namespace eagercomm {
 namespace {
@@ -224,9 +225,8 @@ class InprocTransport final : public Transport {
                   bytes);
     }
     EC_RETURN_IF_ERROR(deliver(remote.peer(), tag));
-    done_.push_back(TransportCompletion{TransportCompletion::Kind::kWriteDone, remote.peer(), tag,
-                                        cookie});
-    pending_done_.fetch_add(1, std::memory_order_release);
+    done_.push(TransportCompletion{TransportCompletion::Kind::kWriteDone, remote.peer(), tag,
+                                   cookie});
     return Status::Ok();
   }
 
@@ -242,15 +242,7 @@ class InprocTransport final : public Transport {
   bool maps_peer_memory() const override { return true; }
 
   size_t poll(std::span<TransportCompletion> out) override {
-    size_t n = 0;
-    while (n < out.size() && done_head_ < done_.size()) {
-      out[n++] = done_[done_head_++];
-      pending_done_.fetch_sub(1, std::memory_order_relaxed);
-    }
-    if (done_head_ == done_.size()) {
-      done_.clear();
-      done_head_ = 0;
-    }
+    size_t n = done_.drain(out);
     Note note;
     while (n < out.size() && room_.notes.try_pop(note)) {
       out[n++] = TransportCompletion{TransportCompletion::Kind::kNotify, note.peer, note.tag, 0};
@@ -261,7 +253,7 @@ class InprocTransport final : public Transport {
   void wait(std::chrono::nanoseconds timeout) override {
     if (room_.woken.exchange(false, std::memory_order_acq_rel)) return;
     const EventCount::Ticket ticket = room_.event.prepare_wait();
-    if (room_.notes.size_approx() > 0 || pending_done_.load(std::memory_order_acquire) > 0 ||
+    if (room_.notes.size_approx() > 0 || done_.any() ||
         room_.woken.exchange(false, std::memory_order_acq_rel)) {
       room_.event.cancel_wait();
       return;
@@ -299,9 +291,7 @@ class InprocTransport final : public Transport {
 
   std::shared_ptr<Fabric> fabric_;
   Mailroom& room_;
-  std::vector<TransportCompletion> done_;  // local write completions not yet polled (driver)
-  size_t done_head_ = 0;
-  std::atomic<size_t> pending_done_{0};    // their number, for wait() on other threads
+  LocalCompletions done_;  // local write completions not yet polled
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "runtime/event_count.h"
 #include "runtime/log.h"
+#include "transport/local_completions.h"
 #include "transport/peer_liveness.h"
 #include "transport/shm_ring.h"
 #include "transport/shm_segment.h"
@@ -224,8 +225,7 @@ class ShmTransport final : public Transport {
                   static_cast<const uint8_t*>(local.data()) + local_offset, bytes);
     }
     push(peer, tag);
-    done_.push_back(TransportCompletion{TransportCompletion::Kind::kWriteDone, peer, tag, cookie});
-    pending_done_.fetch_add(1, std::memory_order_release);
+    done_.push(TransportCompletion{TransportCompletion::Kind::kWriteDone, peer, tag, cookie});
     return Status::Ok();
   }
 
@@ -243,15 +243,7 @@ class ShmTransport final : public Transport {
 
   size_t poll(std::span<TransportCompletion> out) override {
     if (closed_) return 0;
-    size_t n = 0;
-    while (n < out.size() && done_head_ < done_.size()) {
-      out[n++] = done_[done_head_++];
-      pending_done_.fetch_sub(1, std::memory_order_relaxed);
-    }
-    if (done_head_ == done_.size()) {
-      done_.clear();
-      done_head_ = 0;
-    }
+    size_t n = done_.drain(out);
     const int world = size();
     for (int k = 0; k < world && n < out.size(); ++k) {
       const int sender = (poll_start_ + k) % world;
@@ -427,7 +419,7 @@ class ShmTransport final : public Transport {
   }
 
   bool may_have_work() const {
-    if (pending_done_.load(std::memory_order_acquire) > 0) return true;
+    if (done_.any()) return true;
     for (int s = 0; s < size(); ++s) {
       if (!in_[s].failed.load(std::memory_order_acquire) && in_[s].ring.maybe_nonempty()) {
         return true;
@@ -456,9 +448,7 @@ class ShmTransport final : public Transport {
   // setup, not a data path; the mutex only guards the table.
   std::mutex import_mu_;
   std::map<std::pair<std::string, uint64_t>, std::weak_ptr<ShmSegment>> imports_;
-  std::vector<TransportCompletion> done_;  // local write completions not yet polled (driver)
-  size_t done_head_ = 0;
-  std::atomic<size_t> pending_done_{0};  // their number, for wait() on other threads
+  LocalCompletions done_;  // local write completions not yet polled
 };
 
 Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportParams& params,

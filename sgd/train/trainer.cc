@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <numeric>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "runtime/log.h"
@@ -230,17 +228,12 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
 }  // namespace
 
 std::vector<int> delayed_ranks(uint64_t seed, uint64_t step, int size, int k) {
-  std::vector<int> ranks(static_cast<size_t>(size));
-  std::iota(ranks.begin(), ranks.end(), 0);
-  k = std::clamp(k, 0, size);
-  // Partial Fisher-Yates with a portable generator: the same draw on every rank and platform.
-  std::mt19937_64 prng(seed * 0x9e3779b97f4a7c15ull + step);
-  for (int i = 0; i < k; ++i) {
-    const uint64_t j = static_cast<uint64_t>(i) + prng() % static_cast<uint64_t>(size - i);
-    std::swap(ranks[static_cast<size_t>(i)], ranks[j]);
-  }
-  ranks.resize(static_cast<size_t>(k));
-  return ranks;
+  // The first k of a permutation of the ranks drawn from (seed, step), like the data shuffle
+  // (another stream: the seed is salted, so the draws do not follow the shuffle's).
+  constexpr uint64_t kImbalanceSalt = 0x696d62616c616e63ull;  // "imbalanc"
+  const std::vector<size_t> order =
+      epoch_permutation(static_cast<size_t>(std::max(size, 0)), seed ^ kImbalanceSalt, step);
+  return std::vector<int>(order.begin(), order.begin() + std::clamp(k, 0, std::max(size, 0)));
 }
 
 Result<std::vector<ModeReport>> train(Communicator& comm, const TrainOptions& options) {

@@ -132,41 +132,47 @@ TEST(EagerSgd, EveryPostedGradientIsAppliedExactlyOnce) {
   }
 }
 
-// Solo with one rank sleeping 30 ms per step: the fast ranks wait at (nearly) every step for
-// the round their post started; the slow rank finds rounds completed and does not block.
+// Solo with one rank sleeping 30 ms per step, under both late policies: the fast ranks wait at
+// (nearly) every step for the round their post started; the slow rank finds rounds completed and
+// does not block, and its posts count as late whether they are carried or dropped.
 TEST(EagerSgd, FastRanksWaitForTheirRoundSlowRanksGoOn) {
-  const int P = 3;
-  const size_t n = 64;
-  auto w = World::make(P, test::test_config());
-  std::vector<SgdStats> stats(P);
-  std::atomic<bool> slow_done{false};
-  w->run([&](int r, Communicator& c) {
-    std::vector<float> params(n, 1.0f), grads(n, 0.5f);
-    SgdOptions o;
-    o.mode = PartialMode::solo();
-    o.momentum = 0.0;
-    auto made = EagerSgd::create(c, params.data(), grads.data(), n, MemoryKind::kHost, o);
-    ASSERT_TRUE(made.ok()) << made.status().to_string();
-    // The fast ranks keep training while the slow one does its 10 steps.
-    for (int s = 0; r == 0 ? s < 10 : !slow_done.load(); ++s) {
-      std::fill(grads.begin(), grads.end(), 0.5f);
-      if (r == 0) std::this_thread::sleep_for(30ms);
-      ASSERT_TRUE(made.value()->step().ok());
+  for (LatePolicy late : {LatePolicy::kCarry, LatePolicy::kDrop}) {
+    SCOPED_TRACE(late == LatePolicy::kCarry ? "late=carry" : "late=drop");
+    const int P = 3;
+    const size_t n = 64;
+    auto w = World::make(P, test::test_config());
+    std::vector<SgdStats> stats(P);
+    std::atomic<bool> slow_done{false};
+    w->run([&](int r, Communicator& c) {
+      std::vector<float> params(n, 1.0f), grads(n, 0.5f);
+      SgdOptions o;
+      o.mode = PartialMode::solo();
+      o.partial.late = late;
+      o.momentum = 0.0;
+      auto made = EagerSgd::create(c, params.data(), grads.data(), n, MemoryKind::kHost, o);
+      ASSERT_TRUE(made.ok()) << made.status().to_string();
+      // The fast ranks keep training while the slow one does its 10 steps.
+      for (int s = 0; r == 0 ? s < 10 : !slow_done.load(); ++s) {
+        std::fill(grads.begin(), grads.end(), 0.5f);
+        if (r == 0) std::this_thread::sleep_for(30ms);
+        ASSERT_TRUE(made.value()->step().ok());
+      }
+      if (r == 0) slow_done = true;
+      ASSERT_TRUE(made.value()->finish().ok());
+      stats[r] = made.value()->stats();
+    });
+    // Wide margins: a scheduler hiccup may make a step of the slow rank block or be fresh.
+    EXPECT_LE(stats[0].blocking_steps, 3u) << "the slow rank blocked at most steps";
+    EXPECT_GE(stats[0].late_posts, 7u);
+    EXPECT_EQ(stats[0].late_posts + stats[0].fresh_posts, 10u);
+    for (int r = 1; r < P; ++r) {
+      EXPECT_GE(stats[r].blocking_steps, 5u) << "rank " << r << " should wait for its rounds";
     }
-    if (r == 0) slow_done = true;
-    ASSERT_TRUE(made.value()->finish().ok());
-    stats[r] = made.value()->stats();
-  });
-  // The slow rank's posts are late (carried) and it rarely has to wait; wide margins.
-  EXPECT_LE(stats[0].blocking_steps, 3u) << "the slow rank blocked at most steps";
-  EXPECT_GE(stats[0].late_posts, 7u);
-  for (int r = 1; r < P; ++r) {
-    EXPECT_GE(stats[r].blocking_steps, 5u) << "rank " << r << " should wait for its rounds";
+    // Solo: the first fresh post activates a round, so the two fast ranks race for it and the
+    // loser's post is late; together they post fresh in most rounds.
+    EXPECT_GE(stats[1].fresh_posts + stats[2].fresh_posts, 10u);
+    EXPECT_GT(stats[0].computing, stats[0].waiting) << "the slow rank mostly computes";
   }
-  // Solo: the first fresh post activates a round, so the two fast ranks race for it and the
-  // loser's post is carried; together they post fresh in most rounds.
-  EXPECT_GE(stats[1].fresh_posts + stats[2].fresh_posts, 10u);
-  EXPECT_GT(stats[0].computing, stats[0].waiting) << "the slow rank mostly computes";
 }
 
 TEST(EagerSgdBadInput, BadArgumentsFailOnEveryRankWithoutHanging) {

@@ -110,6 +110,27 @@ struct KeyHeader {
   uint64_t checksum;  // of the packed rkey, which ucp_ep_rkey_unpack parses without a length
 };
 
+// Copies the fixed header at the start of a blob a peer sent (an address or a remote key) and
+// checks its magic and format version. `what` names the blob in errors ("address of rank 3"),
+// `kind` the expected kind ("address"), `hint` is appended to the format error.
+template <class Header>
+Result<Header> read_blob_header(std::span<const uint8_t> blob, uint32_t magic,
+                                const std::string& what, const char* kind, const char* hint) {
+  Header h;
+  if (blob.size() < sizeof(h)) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: %s has %zu bytes, less than its %zu-byte header", what.c_str(),
+                       blob.size(), sizeof(h));
+  }
+  std::memcpy(&h, blob.data(), sizeof(h));
+  if (h.magic != magic || h.version != kFormatVersion) {
+    return make_status(StatusCode::kProtocolError,
+                       "ucx: %s is not a ucx %s of format %u (magic 0x%08x, version %u)%s",
+                       what.c_str(), kind, kFormatVersion, h.magic, h.version, hint);
+  }
+  return h;
+}
+
 uint64_t fnv1a(const uint8_t* p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
@@ -743,19 +764,10 @@ Result<std::unique_ptr<RemoteRegion>> UcxTransport::import_region(int peer,
     return make_status(StatusCode::kInvalidArgument,
                        "ucx: import_region: rank %d is not connected (connect() it first)", peer);
   }
-  KeyHeader h;
-  if (key.size() < sizeof(h)) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: remote key from rank %d has %zu bytes, less than its %zu-byte header",
-                       peer, key.size(), sizeof(h));
-  }
-  std::memcpy(&h, key.data(), sizeof(h));
-  if (h.magic != kKeyMagic || h.version != kFormatVersion) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: remote key from rank %d is not a ucx key of format %u (magic 0x%08x, "
-                       "version %u)",
-                       peer, kFormatVersion, h.magic, h.version);
-  }
+  EC_ASSIGN_OR_RETURN(const KeyHeader h,
+                      read_blob_header<KeyHeader>(key, kKeyMagic,
+                                                  "remote key from rank " + std::to_string(peer),
+                                                  "key", ""));
   if (h.owner != peer) {
     return make_status(StatusCode::kProtocolError,
                        "ucx: remote key of rank %d's memory was given as rank %d's", h.owner, peer);
@@ -799,19 +811,11 @@ Result<std::unique_ptr<RemoteRegion>> UcxTransport::import_region(int peer,
 
 Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
   EC_RETURN_IF_ERROR(check_peer(peer, "connect"));
-  AddressHeader h;
-  if (address.size() < sizeof(h)) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: address of rank %d has %zu bytes, less than its %zu-byte header", peer,
-                       address.size(), sizeof(h));
-  }
-  std::memcpy(&h, address.data(), sizeof(h));
-  if (h.magic != kAddressMagic || h.version != kFormatVersion) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: address of rank %d is not a ucx address of format %u (magic 0x%08x, "
-                       "version %u); do all ranks use the ucx transport?",
-                       peer, kFormatVersion, h.magic, h.version);
-  }
+  EC_ASSIGN_OR_RETURN(
+      const AddressHeader h,
+      read_blob_header<AddressHeader>(address, kAddressMagic,
+                                      "address of rank " + std::to_string(peer), "address",
+                                      "; do all ranks use the ucx transport?"));
   if (h.rank != peer) {
     return make_status(StatusCode::kProtocolError,
                        "ucx: the address of rank %d was given as rank %d's", h.rank, peer);
