@@ -19,19 +19,24 @@ enum class Algo : uint8_t {
   kChain = 5,              // broadcast, pipelined chain
   kDissemination = 6,      // barrier
   kDirect = 7,             // allreduce, loads and stores in peers' buffers (shared address space)
+  kSmall = 8,              // allreduce, one exchange through per-pair boxes (small_boxes.h)
 };
 
 std::shared_ptr<Op> make_ring_allreduce(OpSignature sig, const void* in, void* out);
 std::shared_ptr<Op> make_rd_allreduce(OpSignature sig, const void* in, void* out);
 std::shared_ptr<Op> make_direct_allreduce(OpSignature sig, const void* in, void* out);
+std::shared_ptr<Op> make_small_allreduce(OpSignature sig, const void* in, void* out);
+// Makes a finished small allreduce (nobody else referencing it) new for another call.
+void rearm_small_allreduce(Op& op, OpSignature sig, const void* in, void* out);
 std::shared_ptr<Op> make_broadcast(OpSignature sig, void* buf);  // tree or chain per sig
 std::shared_ptr<Op> make_ring_allgather(OpSignature sig, const void* in, void* out);
 std::shared_ptr<Op> make_barrier(OpSignature sig);
 
-// The allreduce algorithm for `bytes` under `config`, given the mailbox payload capacity and
-// whether the transport maps peers' memory. Deterministic: ranks configured alike agree.
+// The allreduce algorithm for `bytes` under `config`, given the mailbox payload capacity,
+// whether the transport maps peers' memory, and the largest contribution the communicator's
+// small boxes take (0: it has none). Deterministic: ranks configured alike agree.
 Algo choose_allreduce(const Config& config, size_t bytes, size_t payload_capacity,
-                      bool maps_peer_memory);
+                      bool maps_peer_memory, size_t small_max_bytes);
 // The allreduce state machine named by sig.reserved (an Algo).
 std::shared_ptr<Op> make_allreduce(OpSignature sig, const void* in, void* out);
 

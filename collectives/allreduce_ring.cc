@@ -110,11 +110,12 @@ std::shared_ptr<Op> make_ring_allreduce(OpSignature sig, const void* in, void* o
 }
 
 Algo choose_allreduce(const Config& config, size_t bytes, size_t payload_capacity,
-                      bool maps_peer_memory) {
+                      bool maps_peer_memory, size_t small_max_bytes) {
   const bool fits = bytes <= payload_capacity;
   const bool mapped = config.direct && maps_peer_memory;
   switch (config.allreduce_algo) {
     case AllreduceAlgo::kAuto:
+      if (small_max_bytes > 0 && bytes <= small_max_bytes) return Algo::kSmall;
       if (fits && bytes <= config.rd_max_bytes) return Algo::kRecursiveDoubling;
       if (mapped && bytes >= config.direct_min_bytes) return Algo::kDirect;
       return Algo::kRing;
@@ -132,6 +133,7 @@ std::shared_ptr<Op> make_allreduce(OpSignature sig, const void* in, void* out) {
   switch (static_cast<Algo>(sig.reserved)) {
     case Algo::kRecursiveDoubling: return make_rd_allreduce(sig, in, out);
     case Algo::kDirect: return make_direct_allreduce(sig, in, out);
+    case Algo::kSmall: return make_small_allreduce(sig, in, out);
     default: return make_ring_allreduce(sig, in, out);
   }
 }

@@ -1,5 +1,7 @@
 #include "collectives/comm_core.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstring>
 #include <thread>
@@ -15,6 +17,14 @@ namespace {
 constexpr uint32_t kControlPeerExit = 1;
 
 std::string seq_text(uint64_t seq) { return "#" + std::to_string(seq); }
+
+// CPUs this process may run on.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 }  // namespace
 
@@ -42,7 +52,17 @@ Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::stri
     (void)store.add(scope + "/failed", 1);
     return s;
   }
-  core->engine_ = std::make_unique<Engine>(*core, EngineOptions{config.spin, rank});
+  EngineOptions eopts{config.spin, rank};
+  // Ranks of inproc and shm worlds all share this host; elsewhere the launcher says how many do.
+  const bool all_local = core->transport_name_ == "inproc" || core->transport_name_ == "shm";
+  const int local = all_local ? size : static_cast<int>(std::max<uint32_t>(config.local_size, 1));
+  const int cpus = usable_cpus();
+  eopts.oversubscribed = local > cpus;
+  if (eopts.oversubscribed) {
+    EC_INFO(kInit, "rank %d: %d ranks on this host, %d CPUs: idle waits yield the core at once",
+            rank, local, cpus);
+  }
+  core->engine_ = std::make_unique<Engine>(*core, eopts);
   if (config.progress_thread == ProgressThreadMode::kOn) core->engine_->start_thread();
   EC_INFO(kInit,
           "communicator rank %d of %d ready on transport %s (%s stores, %u slots of %zu "
@@ -59,12 +79,43 @@ Status CommCore::setup(Store& store, const std::string& scope, bool in_process) 
   EC_ASSIGN_OR_RETURN(transport_, create_transport(transport_name_, params));
   MailboxOptions mopts{config_.slot_bytes, config_.slots, config_.direct};
   EC_ASSIGN_OR_RETURN(mailbox_, Mailbox::create(*transport_, mopts));
-  ctx_ = OpContext{rank_, size_, mailbox_.get(), transport_.get(), &config_};
+  EC_RETURN_IF_ERROR(make_small_boxes());
+  ctx_ = OpContext{rank_, size_, mailbox_.get(), transport_.get(), &config_, small_.get()};
   return connect(store, scope);
+}
+
+Status CommCore::make_small_boxes() {
+  if (config_.small_max_bytes == 0 || size_ < 2 || size_ > SmallBoxes::kMaxRanks ||
+      !transport_->maps_allocations()) {
+    return Status::Ok();
+  }
+  EC_ASSIGN_OR_RETURN(small_, SmallBoxes::create(*transport_, config_.small_max_bytes));
+  return Status::Ok();
+}
+
+Status CommCore::connect_small_boxes(Store& store, const std::string& scope) {
+  for (int peer = 0; peer < size_ && small_; ++peer) {
+    if (peer == rank_) continue;
+    EC_ASSIGN_OR_RETURN(Bytes key,
+                        store.get(scope + "/small/" + std::to_string(peer), config_.timeout));
+    EC_RETURN_IF_ERROR(small_->connect_peer(peer, key));
+  }
+  return Status::Ok();
+}
+
+bool CommCore::small_news() {
+  for (Op* op : active_) {
+    if (op->uses_small_boxes() && op->has_news(ctx_)) return true;
+  }
+  return false;
 }
 
 Status CommCore::join(Store& store, const std::string& scope) {
   const std::string p = scope + "/";
+  // Settings every rank must share, published before the size: once a rank's size is there,
+  // so are they.
+  const std::string small = std::to_string(config_.small_max_bytes);
+  EC_RETURN_IF_ERROR(store.set(p + "smallmax/" + std::to_string(rank_), to_bytes(small)));
   EC_RETURN_IF_ERROR(
       store.set(p + "size/" + std::to_string(rank_), to_bytes(std::to_string(size_))));
   // Rank 0 exists in every world: comparing sizes with it first turns "started with different
@@ -85,6 +136,14 @@ Status CommCore::join(Store& store, const std::string& scope) {
       return make_status(StatusCode::kMismatch,
                          "bootstrap: rank %d was started with world size %s, rank %d with %d", peer,
                          to_string(psize).c_str(), rank_, size_);
+    }
+    EC_ASSIGN_OR_RETURN(Bytes psmall,
+                        store.get(p + "smallmax/" + std::to_string(peer), config_.timeout));
+    if (to_string(psmall) != small) {
+      return make_status(StatusCode::kMismatch,
+                         "bootstrap: rank %d has EAGERCOMM_SMALL_MAX_BYTES=%s, rank %d has %s (it "
+                         "must be the same on every rank)",
+                         peer, to_string(psmall).c_str(), rank_, small.c_str());
     }
   }
   return Status::Ok();
@@ -128,6 +187,7 @@ Status CommCore::connect(Store& store, const std::string& scope) {
   const std::string p = scope + "/";
   const auto me = std::to_string(rank_);
   EC_RETURN_IF_ERROR(store.set(p + "addr/" + me, transport_->local_address()));
+  if (small_) EC_RETURN_IF_ERROR(store.set(p + "small/" + me, small_->key()));
   // The inbox key goes last: its presence means the rank has published everything.
   EC_RETURN_IF_ERROR(store.set(p + "inbox/" + me, mailbox_->inbox_key()));
   EC_RETURN_IF_ERROR(wait_for_all(store, scope, "inbox/"));
@@ -139,10 +199,10 @@ Status CommCore::connect(Store& store, const std::string& scope) {
     EC_ASSIGN_OR_RETURN(Bytes inbox, store.get(p + "inbox/" + ps, config_.timeout));
     EC_RETURN_IF_ERROR(mailbox_->connect_peer(peer, inbox));
   }
-  return Status::Ok();
+  return connect_small_boxes(store, scope);
 }
 
-void CommCore::submit(std::shared_ptr<Op> op) {
+void CommCore::submit(std::shared_ptr<Op> op, bool kick) {
   Op* raw = op.get();
   raw->set_key(make_key(0, next_seq_.fetch_add(1, std::memory_order_relaxed)));
   raw->self = std::move(op);
@@ -155,14 +215,14 @@ void CommCore::submit(std::shared_ptr<Op> op) {
   }
   submissions_.push(raw);
   submitting_.fetch_sub(1, std::memory_order_seq_cst);
-  engine_->kick();
+  if (kick) engine_->kick();
 }
 
-Status CommCore::run(std::shared_ptr<Op> op) {
+Status CommCore::run(std::shared_ptr<Op> op, bool kick) {
   if (destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
   Op* raw = op.get();
   const Status precheck = raw->precheck_error;
-  submit(op);  // `op` (ours) keeps it alive after the engine lets go
+  submit(op, kick);  // `op` (ours) keeps it alive after the engine lets go
   if (!precheck.ok()) {
     engine_->try_progress();
     return precheck;
@@ -171,6 +231,27 @@ Status CommCore::run(std::shared_ptr<Op> op) {
                             ? Engine::Clock::now() + config_.timeout
                             : Engine::Clock::time_point::max();
   if (!engine_->wait([raw] { return raw->done(); }, deadline)) {
+    return make_status(StatusCode::kTimeout, "%s did not finish within %s",
+                       describe(raw->sig()).c_str(), format_duration(config_.timeout).c_str());
+  }
+  return raw->status();
+}
+
+Status CommCore::run_inline(std::shared_ptr<Op> op) {
+  if (!op->precheck_error.ok() || !engine_->try_begin_driving()) return run(std::move(op), false);
+  // The driver token keeps destroy() out until end_driving(): it closes the engine first.
+  Op* raw = op.get();
+  raw->set_key(make_key(0, next_seq_.fetch_add(1, std::memory_order_relaxed)));
+  raw->self = op;
+  while (Op* earlier = submissions_.pop()) begin(earlier);  // sequence order
+  begin(raw);
+  const auto deadline = config_.timeout > std::chrono::nanoseconds::zero()
+                            ? Engine::Clock::now() + config_.timeout
+                            : Engine::Clock::time_point::max();
+  const auto done = [raw] { return raw->done(); };
+  const bool ok = engine_->drive_held(done, deadline);
+  engine_->end_driving();
+  if (!ok && !engine_->wait(done, deadline)) {
     return make_status(StatusCode::kTimeout, "%s did not finish within %s",
                        describe(raw->sig()).c_str(), format_duration(config_.timeout).c_str());
   }
@@ -189,14 +270,22 @@ int CommCore::progress() {
     ++events;
     begin(op);
   }
-  TransportCompletion buf[64];
-  for (;;) {
-    const size_t n = transport_->poll(buf);
-    for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
-    if (n < std::size(buf)) break;
+  // While only small-box operations are in flight, their data needs no transport: look at the
+  // transport (errors, peers' exits, messages of later calls) on every 16th pass only, which
+  // takes its cost off the small operation's polling loop.
+  const bool only_small =
+      small_active_.load(std::memory_order_relaxed) == static_cast<int>(active_.size()) &&
+      !active_.empty() && outgoing_.empty() && streams_.empty();
+  if (!only_small || (++small_passes_ & 15) == 0) {
+    TransportCompletion buf[64];
+    for (;;) {
+      const size_t n = transport_->poll(buf);
+      for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
+      if (n < std::size(buf)) break;
+    }
+    if (mailbox_->flush()) ++events;
+    events += send_outgoing();
   }
-  if (mailbox_->flush()) ++events;
-  events += send_outgoing();
   for (auto& [id, handler] : streams_) events += handler->advance();
   for (size_t i = 0; i < active_.size();) {
     Op* op = active_[i];
@@ -224,10 +313,27 @@ void CommCore::block(std::chrono::nanoseconds timeout) {
   if (!outgoing_.empty() || mailbox_->has_deferred()) {
     timeout = std::min<std::chrono::nanoseconds>(timeout, std::chrono::microseconds(50));
   }
+  if (small_active_.load(std::memory_order_relaxed) > 0) {
+    // Peers store small contributions without notifying the transport: sleep where they ring.
+    small_->sleep(timeout, [this] { return small_news(); });
+    return;
+  }
   transport_->wait(timeout);
 }
 
-void CommCore::interrupt() { transport_->wake(); }
+void CommCore::wait_for_work(std::chrono::nanoseconds timeout) {
+  if (small_ && small_active_.load(std::memory_order_acquire) > 0) {
+    small_->sleep(timeout, [] { return false; });  // not the driver: cannot look at the ops
+    return;
+  }
+  transport_->wait(timeout);
+}
+
+void CommCore::interrupt() {
+  transport_->wake();
+  // A driver asleep on the boxes has small operations active (it sleeps there only then).
+  if (small_ && small_active_.load(std::memory_order_acquire) > 0) small_->wake_self();
+}
 
 void CommCore::begin(Op* op) {
   const uint64_t seq = key_seq(op->key());
@@ -247,6 +353,11 @@ void CommCore::begin(Op* op) {
 
 void CommCore::activate(Op* op) {
   ++stats_.ops_started;
+  // Only the driver writes it: a store, not a read-modify-write (this is on the small path).
+  if (op->uses_small_boxes()) {
+    small_active_.store(small_active_.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_release);
+  }
   const OpKey key = op->key();
   active_.push_back(op);
   auto early = failed_early_.find(key);
@@ -370,21 +481,7 @@ void CommCore::dispatch(InMessage* m) {
     return;
   }
   if (!(h.sig == op->sig())) {
-    const OpSignature& mine = op->sig();
-    OpSignature theirs_args = h.sig, mine_args = mine;
-    theirs_args.reserved = mine_args.reserved = 0;
-    Status s;
-    if (theirs_args == mine_args) {
-      s = make_status(StatusCode::kMismatch,
-                      "%s %s: rank %d and rank %d chose different algorithms; the EAGERCOMM_*"
-                      "_ALGO and *_BYTES settings must be the same on every rank",
-                      describe(mine).c_str(), seq_text(key_seq(h.key)).c_str(), m->peer, rank_);
-    } else {
-      s = make_status(StatusCode::kMismatch,
-                      "collective %s: rank %d called %s but rank %d called %s",
-                      seq_text(key_seq(h.key)).c_str(), m->peer, describe(h.sig).c_str(), rank_,
-                      describe(mine).c_str());
-    }
+    Status s = signature_mismatch(key_seq(h.key), m->peer, h.sig, rank_, op->sig());
     mailbox_->release(m);
     fail(op, s, true);
     return;
@@ -507,6 +604,10 @@ void CommCore::complete_op(Op* op, const Status& status) {
 void CommCore::retire(Op* op) {
   auto it = std::find(active_.begin(), active_.end(), op);
   if (it != active_.end()) active_.erase(it);
+  if (op->uses_small_boxes()) {
+    small_active_.store(small_active_.load(std::memory_order_relaxed) - 1,
+                        std::memory_order_release);
+  }
   std::shared_ptr<Op> keep = std::move(op->self);  // may be the last reference
   engine_->notify_waiters();
 }

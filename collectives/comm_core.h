@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/op.h"
+#include "collectives/small_boxes.h"
 #include "collectives/stream_handler.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
@@ -45,12 +46,18 @@ class CommCore final : public ProgressSource {
   const std::string& transport_name() const { return transport_name_; }
   size_t payload_capacity() const { return mailbox_->payload_capacity(); }
   bool maps_peer_memory() const { return transport_->maps_peer_memory(); }
+  // Largest allreduce contribution the small boxes take (0: this communicator has none).
+  size_t small_max_bytes() const { return small_ ? small_->max_bytes() : 0; }
   Engine& engine() { return *engine_; }
 
-  // Numbers `op` in the collective stream and hands it to the engine. Any thread.
-  void submit(std::shared_ptr<Op> op);
+  // Numbers `op` in the collective stream and hands it to the engine. Any thread. Without
+  // `kick`, a driver asleep is not woken (the caller is about to drive itself).
+  void submit(std::shared_ptr<Op> op, bool kick = true);
   // submit(), then waits for the operation (EAGERCOMM_TIMEOUT), driving progress inline.
-  Status run(std::shared_ptr<Op> op);
+  Status run(std::shared_ptr<Op> op, bool kick = true);
+  // run() for latency-bound calls: when the engine is free, this thread takes the token, numbers
+  // and begins the operation itself (no submission queue, no wake-up) and drives it to the end.
+  Status run_inline(std::shared_ptr<Op> op);
   // Registered transport memory for a runtime-owned buffer (zeroed). Any thread.
   Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes);
 
@@ -83,7 +90,7 @@ class CommCore final : public ProgressSource {
   // ProgressSource.
   int progress() override;
   void block(std::chrono::nanoseconds timeout) override;
-  void wait_for_work(std::chrono::nanoseconds timeout) override { transport_->wait(timeout); }
+  void wait_for_work(std::chrono::nanoseconds timeout) override;
   bool expecting() override { return !active_.empty(); }
   void interrupt() override;
 
@@ -98,6 +105,12 @@ class CommCore final : public ProgressSource {
   // failure to join, and names the missing ranks at the timeout.
   Status wait_for_all(Store& store, const std::string& scope, const std::string& prefix);
   Status connect(Store& store, const std::string& scope);
+  // Makes this rank's small boxes when the transport and EAGERCOMM_SMALL_MAX_BYTES allow.
+  Status make_small_boxes();
+  // After every rank published: maps the peers' small boxes.
+  Status connect_small_boxes(Store& store, const std::string& scope);
+  // Whether an active operation that uses the small boxes could advance now.
+  bool small_news();
   void begin(Op* op);
   void activate(Op* op);
   void handle(const TransportCompletion& c, int* events);
@@ -122,6 +135,9 @@ class CommCore final : public ProgressSource {
   std::string transport_name_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Mailbox> mailbox_;
+  std::unique_ptr<SmallBoxes> small_;
+  std::atomic<int> small_active_{0};  // active operations that use small_ (any thread reads)
+  uint32_t small_passes_ = 0;         // progress passes while only those were active
   std::unique_ptr<Engine> engine_;
   OpContext ctx_;
 

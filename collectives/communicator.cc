@@ -152,30 +152,45 @@ Result<Request> Communicator::submit(std::shared_ptr<detail::Op> op) {
   return Request(std::move(op), core_);
 }
 
-Result<Request> Communicator::allreduce_async(const void* send, void* recv, size_t count,
-                                              DataType type, ReduceOp op) {
+namespace {
+
+// The signature (algorithm included) of an allreduce call, and in *error what is wrong with its
+// arguments on this rank.
+OpSignature allreduce_signature(const detail::CommCore& core, const void* send, const void* recv,
+                                size_t count, DataType type, ReduceOp op, Status* error) {
+  const int rank = core.rank();
   OpSignature sig;
   sig.coll = static_cast<uint8_t>(CollKind::kAllreduce);
   sig.dtype = static_cast<uint8_t>(type);
   sig.redop = static_cast<uint8_t>(op);
   sig.count = count;
   Status precheck;
-  Result<size_t> bytes = check_buffer("allreduce", send, count, type, rank());
-  if (bytes.ok()) bytes = check_buffer("allreduce", recv, count, type, rank());
+  Result<size_t> bytes = check_buffer("allreduce", send, count, type, rank);
+  if (bytes.ok()) bytes = check_buffer("allreduce", recv, count, type, rank);
   if (!bytes.ok()) {
     precheck = bytes.status();
   } else if (!is_valid_reduce_op(static_cast<uint32_t>(op))) {
     precheck = make_status(StatusCode::kInvalidArgument,
-                           "allreduce on rank %d: reduction operator %u is not a ReduceOp", rank(),
+                           "allreduce on rank %d: reduction operator %u is not a ReduceOp", rank,
                            static_cast<unsigned>(op));
   } else if (send != recv && overlaps(send, *bytes, recv, *bytes)) {
     precheck =
         make_status(StatusCode::kInvalidArgument,
-                    "allreduce on rank %d: send and receive buffers partially overlap", rank());
+                    "allreduce on rank %d: send and receive buffers partially overlap", rank);
   }
+  *error = precheck;
   const size_t n = bytes.ok() ? *bytes : 0;
   sig.reserved = static_cast<uint8_t>(detail::choose_allreduce(
-      core_->config(), n, core_->payload_capacity(), core_->maps_peer_memory()));
+      core.config(), n, core.payload_capacity(), core.maps_peer_memory(), core.small_max_bytes()));
+  return sig;
+}
+
+}  // namespace
+
+Result<Request> Communicator::allreduce_async(const void* send, void* recv, size_t count,
+                                              DataType type, ReduceOp op) {
+  Status precheck;
+  const OpSignature sig = allreduce_signature(*core_, send, recv, count, type, op, &precheck);
   std::shared_ptr<detail::Op> o = detail::make_allreduce(sig, send, recv);
   o->precheck_error = precheck;
   return submit(std::move(o));
@@ -183,8 +198,31 @@ Result<Request> Communicator::allreduce_async(const void* send, void* recv, size
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
                                ReduceOp op) {
-  EC_ASSIGN_OR_RETURN(Request req, allreduce_async(send, recv, count, type, op));
-  return req.wait();
+  Status precheck;
+  const OpSignature sig = allreduce_signature(*core_, send, recv, count, type, op, &precheck);
+  if (!precheck.ok() || sig.reserved != static_cast<uint8_t>(Algo::kSmall)) {
+    std::shared_ptr<detail::Op> o = detail::make_allreduce(sig, send, recv);
+    o->precheck_error = precheck;
+    EC_ASSIGN_OR_RETURN(Request req, submit(std::move(o)));
+    return req.wait();
+  }
+  // The latency path: a small blocking call reuses one operation object (no allocation) and
+  // begins and drives it on this thread (no submission queue, no wake-up of another driver).
+  log_set_thread_rank(core_->rank());
+  if (core_->destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+  std::shared_ptr<detail::Op> o;
+  if (!spare_busy_.exchange(true, std::memory_order_acquire)) {
+    if (spare_small_ && spare_small_.use_count() == 1) {
+      detail::rearm_small_allreduce(*spare_small_, sig, send, recv);
+    } else {
+      spare_small_ = detail::make_small_allreduce(sig, send, recv);
+    }
+    o = spare_small_;
+    spare_busy_.store(false, std::memory_order_release);
+  } else {
+    o = detail::make_small_allreduce(sig, send, recv);  // another thread holds the spare
+  }
+  return core_->run_inline(std::move(o));
 }
 
 Result<Request> Communicator::broadcast_async(void* buf, size_t count, DataType type, int root) {

@@ -22,6 +22,7 @@
 // the application computes.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -152,6 +153,9 @@ class Communicator {
   std::shared_ptr<void> store_server_;
   Result<Request> submit(std::shared_ptr<detail::Op> op);
   std::shared_ptr<detail::CommCore> core_;
+  // The operation object blocking small allreduces reuse, and who is rearming it.
+  std::shared_ptr<detail::Op> spare_small_;
+  std::atomic<bool> spare_busy_{false};
 };
 
 // The configuration a communicator made with `options` uses: options.config, else the

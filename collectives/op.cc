@@ -6,10 +6,14 @@ namespace eagercomm::detail {
 
 const char* coll_kind_name(CollKind kind) {
   switch (kind) {
-    case CollKind::kAllreduce: return "allreduce";
-    case CollKind::kBroadcast: return "broadcast";
-    case CollKind::kAllgather: return "allgather";
-    case CollKind::kBarrier: return "barrier";
+    case CollKind::kAllreduce:
+      return "allreduce";
+    case CollKind::kBroadcast:
+      return "broadcast";
+    case CollKind::kAllgather:
+      return "allgather";
+    case CollKind::kBarrier:
+      return "barrier";
   }
   return "unknown collective";
 }
@@ -42,10 +46,35 @@ std::string describe(const OpSignature& sig) {
   return buf;
 }
 
+Status signature_mismatch(uint64_t seq, int peer, const OpSignature& theirs, int rank,
+                          const OpSignature& mine) {
+  OpSignature theirs_args = theirs, mine_args = mine;
+  theirs_args.reserved = mine_args.reserved = 0;
+  if (theirs_args == mine_args) {
+    return make_status(StatusCode::kMismatch,
+                       "%s #%llu: rank %d and rank %d chose different algorithms; the EAGERCOMM_*"
+                       "_ALGO and *_BYTES settings must be the same on every rank",
+                       describe(mine).c_str(), static_cast<unsigned long long>(seq), peer, rank);
+  }
+  return make_status(StatusCode::kMismatch,
+                     "collective #%llu: rank %d called %s but rank %d called %s",
+                     static_cast<unsigned long long>(seq), peer, describe(theirs).c_str(), rank,
+                     describe(mine).c_str());
+}
+
 MsgHeader read_header(const InMessage& m) {
   MsgHeader h;
   std::memcpy(&h, m.user_header, sizeof(h));
   return h;
+}
+
+void Op::rearm(OpSignature sig) {
+  sig_ = sig;
+  key_ = 0;
+  precheck_error = Status::Ok();
+  keep_alive.reset();
+  status_ = Status::Ok();
+  done_.store(false, std::memory_order_relaxed);
 }
 
 Status Op::send(OpContext& ctx, const SendSlot& slot, MsgKind kind, uint32_t step, uint64_t a,

@@ -37,6 +37,10 @@ struct OpSignature {
 static_assert(sizeof(OpSignature) == 16);
 // "allreduce(count=10, f32, sum)".
 std::string describe(const OpSignature& sig);
+// kMismatch for call #seq: `peer` called `theirs`, `rank` called `mine` (or, when only the
+// algorithms differ, the settings that choose them do).
+Status signature_mismatch(uint64_t seq, int peer, const OpSignature& theirs, int rank,
+                          const OpSignature& mine);
 
 // Operation key: the stream (0: the communicator's collectives) and the call's sequence number
 // in that stream. Every rank numbers its calls in the same order (as MPI requires).
@@ -76,12 +80,15 @@ struct Received {
 };
 
 // What an operation sees of its communicator while the engine advances it.
+class SmallBoxes;
+
 struct OpContext {
   int rank;
   int size;
   Mailbox* mailbox;
   Transport* transport;
   const Config* config;
+  SmallBoxes* small = nullptr;  // null when the transport cannot share them
 };
 
 class Op : public MpscNode {
@@ -107,6 +114,14 @@ class Op : public MpscNode {
   virtual std::vector<int> peers_using_buffers() const { return {}; }
   // True for algorithms in which peers read or write this rank's buffers directly.
   virtual bool shares_buffers() const { return false; }
+  // True for operations whose peers' data lands in SmallBoxes rather than in messages (the
+  // engine's idle driver then sleeps on the boxes).
+  virtual bool uses_small_boxes() const { return false; }
+  // Whether advance() would make progress now (a cheap look before the driver sleeps).
+  virtual bool has_news(OpContext& ctx) {
+    (void)ctx;
+    return false;
+  }
 
   // Completion, visible to the application thread.
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -115,6 +130,10 @@ class Op : public MpscNode {
     status_ = std::move(status);
     done_.store(true, std::memory_order_release);
   }
+
+  // Makes a finished operation, referenced by nobody else, new again with `sig` (reused
+  // operation objects spare an allocation per blocking call).
+  void rearm(OpSignature sig);
 
   // A local error found before start (bad arguments): the engine fails the operation on
   // every rank with it instead of starting it.

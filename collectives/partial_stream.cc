@@ -25,13 +25,14 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
   data_sig_.dtype = static_cast<uint8_t>(shared_->type);
   data_sig_.redop = static_cast<uint8_t>(ReduceOp::kSum);
   data_sig_.count = shared_->count;
+  // Small boxes are numbered by the collective stream's sequence, not by rounds: none here.
   data_sig_.reserved = static_cast<uint8_t>(choose_allreduce(
-      core_.config(), shared_->bytes, core_.payload_capacity(), core_.maps_peer_memory()));
+      core_.config(), shared_->bytes, core_.payload_capacity(), core_.maps_peer_memory(), 0));
   meta_sig_ = data_sig_;
   meta_sig_.dtype = static_cast<uint8_t>(DataType::kInt64);
   meta_sig_.count = 3 * static_cast<uint64_t>(P_);
   meta_sig_.reserved = static_cast<uint8_t>(choose_allreduce(
-      core_.config(), meta_sig_.count * 8, core_.payload_capacity(), core_.maps_peer_memory()));
+      core_.config(), meta_sig_.count * 8, core_.payload_capacity(), core_.maps_peer_memory(), 0));
 }
 
 PartialStream::~PartialStream() {

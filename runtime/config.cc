@@ -212,6 +212,14 @@ constexpr Variable kVariables[] = {
      .doc = "smallest allreduce that auto runs directly on peers' buffers when the transport maps "
             "them (inproc); below it recursive doubling's single exchange per step is faster",
      .field = field<&Config::direct_min_bytes>()},
+    {.name = "EAGERCOMM_SMALL_MAX_BYTES",
+     .kind = Kind::kSize,
+     .default_text = "8KiB",
+     .max = 64 * kKiB,
+     .doc = "largest allreduce that auto exchanges through per-pair boxes in mapped memory (shm, "
+            "inproc; up to 32 ranks): one cache line per peer, no mailbox or notification; 0 "
+            "turns it off. Must be the same on every rank",
+     .field = field<&Config::small_max_bytes>()},
     {.name = "EAGERCOMM_BCAST_ALGO",
      .kind = Kind::kEnum,
      .default_text = "auto",
@@ -666,9 +674,8 @@ std::vector<Config::Row> Config::describe() const {
   for (const Variable& var : kVariables) {
     std::string value = var.field.format(var, *this);
     if (var.secret && !value.empty()) value = "(set, not shown)";
-    rows.push_back(Row{std::string(var.name), std::move(value),
-                       source_name(source_of(var.name)), accepted_text(var), std::string(var.doc),
-                       std::string(var.default_text)});
+    rows.push_back(Row{std::string(var.name), std::move(value), source_name(source_of(var.name)),
+                       accepted_text(var), std::string(var.doc), std::string(var.default_text)});
   }
   return rows;
 }

@@ -72,8 +72,10 @@ TEST(BadInput, CountThatDiffersBetweenRanksIsDetectedEverywhere) {
   // Small and large counts, so both recursive doubling and ring see the mismatch, and a count
   // that makes one rank choose the other algorithm.
   for (int P : {2, 3, 4, 7}) {
-    // 10: recursive doubling; 100000: ring; 4096: one rank crosses to ring; 300000: direct.
-    for (size_t base : {size_t{10}, size_t{100000}, size_t{4096}, size_t{300000}}) {
+    // 10: small boxes; 100000: ring; 4096: one rank crosses to ring; 300000: direct; the
+    // largest small-box count: one rank crosses to recursive doubling.
+    const size_t small = test_config().small_max_bytes / sizeof(float);
+    for (size_t base : {size_t{10}, size_t{100000}, size_t{4096}, size_t{300000}, small}) {
       auto w = World::make(P, test_config());
       std::vector<std::vector<float>> bufs(P, std::vector<float>(base + 1, 7.0f));
       Outcome o = run_all(*w, [&](int r, Communicator& c) {

@@ -65,6 +65,7 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_ALLREDUCE_ALGO", "auto"},
       {"EAGERCOMM_RD_MAX_BYTES", "16KiB"},
       {"EAGERCOMM_DIRECT_MIN_BYTES", "16KiB"},
+      {"EAGERCOMM_SMALL_MAX_BYTES", "8KiB"},
       {"EAGERCOMM_BCAST_ALGO", "auto"},
       {"EAGERCOMM_CHAIN_MIN_BYTES", "256KiB"},
       {"EAGERCOMM_DIRECT", "1"},
@@ -109,6 +110,7 @@ TEST(ConfigTable, AcceptedTexts) {
   EXPECT_EQ(accepted["EAGERCOMM_BCAST_ALGO"], "auto|tree|chain");
   EXPECT_EQ(accepted["EAGERCOMM_DIRECT"], "1|0|true|false|yes|no|on|off");
   EXPECT_EQ(accepted["EAGERCOMM_SLOT_BYTES"], "size (4KiB..64MiB)");
+  EXPECT_EQ(accepted["EAGERCOMM_SMALL_MAX_BYTES"], "size (0..64KiB)");
   EXPECT_EQ(accepted["EAGERCOMM_RD_MAX_BYTES"], "size (0..64MiB)");
   EXPECT_EQ(accepted["EAGERCOMM_CHAIN_MIN_BYTES"], "size");
   EXPECT_EQ(accepted["EAGERCOMM_SPIN"], "duration (0..1s)");
@@ -201,6 +203,8 @@ TEST(ConfigLoad, SizesWithRange) {
   EXPECT_EQ(load_ok({{"EAGERCOMM_SLOT_BYTES", "64MiB"}}).slot_bytes, 64u << 20);
   EXPECT_EQ(load_ok({{"EAGERCOMM_SLOT_BYTES", "5000"}}).slot_bytes, 5000u);
   EXPECT_EQ(load_ok({{"EAGERCOMM_RD_MAX_BYTES", "0"}}).rd_max_bytes, 0u);
+  EXPECT_EQ(load_ok({{"EAGERCOMM_SMALL_MAX_BYTES", "0"}}).small_max_bytes, 0u);
+  EXPECT_FALSE(Config::load({{"EAGERCOMM_SMALL_MAX_BYTES", "65KiB"}}).ok());
   EXPECT_EQ(load_ok({{"EAGERCOMM_CHAIN_MIN_BYTES", "1g"}}).chain_min_bytes, size_t{1} << 30);
 
   EXPECT_EQ(load_error("EAGERCOMM_SLOT_BYTES", "4095"),

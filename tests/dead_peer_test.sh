@@ -21,11 +21,17 @@ transports=(shm)
 # The timeout is far above what detection needs (~0.1 s): an error that only comes from the
 # timeout fails the check on "seconds" below.
 export EAGERCOMM_TIMEOUT=60s
-for transport in "${transports[@]}"; do
+# 4096 floats go through the mailbox; on shm, 16 floats go through the small boxes, whose
+# waiters do not hear the transport (they must still notice the death).
+cases=()
+for transport in "${transports[@]}"; do cases+=("$transport 4096"); done
+cases+=("shm 16")
+for c in "${cases[@]}"; do
+  read -r transport count <<<"$c"
   for n in 2 4; do
     start=$(date +%s)
     "$run" -n "$n" --transport "$transport" --stop-delay 30s -- \
-      sh -c '[ "$EAGERCOMM_RANK" = 0 ] && echo "JOB=$EAGERCOMM_JOB_ID"; exec "$0" 4096' "$prog" \
+      sh -c '[ "$EAGERCOMM_RANK" = 0 ] && echo "JOB=$EAGERCOMM_JOB_ID"; exec "$0" "$1"' "$prog" "$count" \
       >"$tmp/out" 2>"$tmp/err"
     rc=$?
     took=$(($(date +%s) - start))
@@ -47,7 +53,7 @@ for transport in "${transports[@]}"; do
     [ -n "$job" ] || fail "no job id printed"
     left=$(ls /dev/shm | grep -c "^eagercomm-$job-")
     [ "$left" -eq 0 ] || fail "$transport n=$n: $left objects of job $job left in /dev/shm"
-    echo "dead_peer_test: $transport n=$n: survivors named rank $victim; launcher exit 137 after ${took}s; /dev/shm clean"
+    echo "dead_peer_test: $transport n=$n count=$count: survivors named rank $victim; launcher exit 137 after ${took}s; /dev/shm clean"
   done
 done
 

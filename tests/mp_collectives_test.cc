@@ -225,6 +225,35 @@ TEST(MultiProcess, MismatchedCountsFailEverywhereAndTheCommunicatorGoesOn) {
   EXPECT_EQ(x, static_cast<float>(P));
 }
 
+TEST(MultiProcess, SmallAllreduceGoesThroughTheBoxesAndCountsAcrossTheLimitFail) {
+  Communicator& c = *g_comm;
+  const int P = c.size(), r = c.rank();
+  if (P < 2) GTEST_SKIP() << "needs two ranks";
+  // shm maps its allocations: small allreduces take no mailbox message there.
+  const uint64_t sent = c.stats().messages_sent;
+  for (int n = 0; n < 50; ++n) {
+    int64_t x = r + n;
+    ASSERT_TRUE(c.allreduce(&x, &x, 1, DataType::kInt64, ReduceOp::kSum).ok()) << n;
+    ASSERT_EQ(x, static_cast<int64_t>(P) * (P - 1) / 2 + static_cast<int64_t>(P) * n);
+  }
+  if (c.transport_name() == "shm") {
+    EXPECT_EQ(c.stats().messages_sent, sent);
+  }
+  // The last rank's count crosses EAGERCOMM_SMALL_MAX_BYTES (8 KiB by default): it sends
+  // messages where the others use the boxes. Every rank fails, none hangs.
+  const size_t limit = 8192 / sizeof(float);
+  std::vector<float> buf(limit + 1, 1.0f);
+  Status s = c.allreduce(buf.data(), buf.data(), r == P - 1 ? limit + 1 : limit, DataType::kFloat32,
+                         ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kMismatch) << s.to_string();
+  EXPECT_EQ(buf[0], 1.0f);
+  for (int n = 0; n < 20; ++n) {  // more calls than slots: leftovers are reclaimed
+    float x = 1;
+    ASSERT_TRUE(c.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).ok()) << n;
+    EXPECT_EQ(x, static_cast<float>(P));
+  }
+}
+
 TEST(MultiProcess, StagedPathTinySlotsAndForcedAlgorithms) {
   const int P = g_comm->size(), r = g_comm->rank();
   for (const char* algo : {"rd", "ring", "direct"}) {

@@ -241,6 +241,8 @@ class ShmTransport final : public Transport {
     return r != nullptr && r->transport_id() == id_ ? r->base() : nullptr;
   }
 
+  bool maps_allocations() const override { return true; }
+
   size_t poll(std::span<TransportCompletion> out) override {
     if (closed_) return 0;
     size_t n = done_.drain(out);

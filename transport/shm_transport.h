@@ -20,7 +20,7 @@
 //
 // Not offered: register_memory() (memory of one process cannot be mapped by another after the
 // fact: kNotSupported; collectives use allocate() memory on this backend), CUDA memory, and
-// maps_peer_memory() is false.
+// maps_peer_memory() is false (maps_allocations() is true).
 //
 // Names and cleanup: segments are `/eagercomm-<job>-<scope hash>-<rank>-<n>`, where <job> is
 // EAGERCOMM_JOB_ID (sanitized to [A-Za-z0-9_-]) or, when that is empty, a random id that rank 0

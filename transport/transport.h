@@ -118,6 +118,9 @@ class Transport {
   // ranks share an address space (inproc), so collectives may load from and store to peers'
   // buffers directly instead of going through mailboxes.
   virtual bool maps_peer_memory() const { return false; }
+  // True when mapped_address() works for every imported region made by allocate() (inproc,
+  // shm): runtime-owned structures may then be shared by loads and stores alone.
+  virtual bool maps_allocations() const { return maps_peer_memory(); }
 
   // Fills `out` with up to out.size() completions; returns how many.
   virtual size_t poll(std::span<TransportCompletion> out) = 0;
