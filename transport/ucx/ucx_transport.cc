@@ -20,6 +20,8 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 #include <vector>
 
 #include "runtime/log.h"
@@ -272,6 +274,14 @@ class UcxRegion final : public MemoryRegion {
   ucp_mem_h memh_;
 };
 
+// `base` as the final class T, or null: a type check that costs a comparison, not a
+// dynamic_cast's walk (write() does it twice per call).
+template <typename T, typename Base>
+const T* exactly(const Base& base) {
+  static_assert(std::is_final_v<T>);
+  return typeid(base) == typeid(T) ? static_cast<const T*>(&base) : nullptr;
+}
+
 class UcxRemote final : public RemoteRegion {
  public:
   UcxRemote(std::shared_ptr<UcxCore> core, int peer, size_t size, ucp_rkey_h rkey, uint64_t base,
@@ -451,7 +461,6 @@ class UcxTransport final : public Transport {
   std::vector<uint8_t> ring_failed_;  // senders whose ring was corrupt (driver only)
   bool any_wake_due_ = false;
   unsigned ring_polls_ = 0;  // polls answered from the rings alone since the worker progressed
-  bool all_rings_ = false;   // every connected peer notifies and is notified through rings
 };
 
 Status UcxTransport::init() {
@@ -896,12 +905,6 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
            rank(), peer, same_host ? "same" : "another",
            ep.err_mode == UCP_ERR_HANDLING_MODE_PEER ? "handled" : "not handled",
            p.ring.attached() ? "ring stores" : "active messages");
-  // Peers that map our region also map theirs here (same host, same UCX setup): when every
-  // peer has a ring, so do our incoming notifications, and poll() may leave the worker be.
-  all_rings_ = true;
-  for (int q = 0; q < size(); ++q) {
-    if (q != rank() && !peers_[q].ring.attached()) all_rings_ = false;
-  }
   return Status::Ok();
 }
 
@@ -922,7 +925,8 @@ void UcxTransport::release_part(Op* op) {
 
 void UcxTransport::push(const TransportCompletion& c) {
   queue_.push_back(c);
-  queued_.fetch_add(1, std::memory_order_release);
+  // Only the driver changes it (other threads read it in wait()): no read-modify-write.
+  queued_.store(queued_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
 void UcxTransport::peer_failed(int peer, ucs_status_t status, const char* what) {
@@ -1085,12 +1089,12 @@ Status UcxTransport::send_note(Op* op, ucp_ep_h ep) {
 Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
                            const RemoteRegion& remote, size_t remote_offset, size_t bytes,
                            uint32_t tag, uint64_t cookie) {
-  const auto* src = dynamic_cast<const UcxRegion*>(&local);
+  const auto* src = exactly<UcxRegion>(local);
   if (src == nullptr || src->core() != core_.get()) {
     return make_status(StatusCode::kInvalidArgument,
                        "ucx: write: the local region was not made by this ucx transport");
   }
-  const auto* dst = dynamic_cast<const UcxRemote*>(&remote);
+  const auto* dst = exactly<UcxRemote>(remote);
   if (dst == nullptr || dst->core() != core_.get()) {
     return make_status(StatusCode::kInvalidArgument,
                        "ucx: write: the remote region was not imported by this ucx transport");
@@ -1273,7 +1277,7 @@ bool UcxTransport::rings_maybe_nonempty() const {
 }
 
 void* UcxTransport::mapped_address(const RemoteRegion& remote) {
-  const auto* r = dynamic_cast<const UcxRemote*>(&remote);
+  const auto* r = exactly<UcxRemote>(remote);
   if (r == nullptr || r->core() != core_.get()) return nullptr;
   return r->mapped();
 }
@@ -1286,11 +1290,7 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
     fence(std::memory_order_acquire);
     size_t n = take_queued(out);
     n += drain_rings(out.subspan(n));
-    // Nothing from the rings either: the worker waits too while every peer is reached through
-    // mapped rings, so that a rank polling for a notification checks its ring every ~10 ns
-    // instead of every worker progress (~100 ns); other traffic (active messages of unmapped
-    // peers, errors, goodbyes) waits at most kRingPollsPerProgress polls.
-    if (n > 0 || all_rings_) return n;
+    if (n > 0) return n;
   }
   ring_polls_ = 0;
   int progressed = 0;
@@ -1342,7 +1342,7 @@ size_t UcxTransport::take_queued(std::span<TransportCompletion> out) {
     queue_.clear();
     queue_head_ = 0;
   }
-  if (n > 0) queued_.fetch_sub(n, std::memory_order_relaxed);
+  if (n > 0) queued_.store(queued_.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
   return n;
 }
 
