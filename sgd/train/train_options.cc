@@ -72,6 +72,7 @@ std::string train_usage() {
   --batch B          samples per rank and step [64]
   --lr X             base learning rate [0.05]
   --momentum X       [0.9]           --weight-decay X   [5e-4]
+  --eager-momentum X momentum of solo, majority and quorum [--momentum]
   --warmup N         linear warm-up over N rounds [0]
   --milestones R,..  multiply the rate by --gamma at these rounds []   --gamma X [0.1]
   --sync-every N     every N-th round synchronous [0: never]
@@ -128,6 +129,7 @@ Result<TrainOptions> parse_train_options(int argc, char** argv) {
       {"--batch", integer(&o.batch, 1, 1 << 20)},
       {"--lr", real(&o.lr, 1e-12, 1e6)},
       {"--momentum", real(&o.momentum, 0.0, 0.999999)},
+      {"--eager-momentum", real(&o.eager_momentum, 0.0, 0.999999)},
       {"--weight-decay", real(&o.weight_decay, 0.0, 1.0)},
       {"--warmup", integer(&o.warmup_rounds, 0, big)},
       {"--milestones",

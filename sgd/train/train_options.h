@@ -17,6 +17,10 @@ struct TrainOptions {
   int batch = 64;  // per rank
   double lr = 0.05;
   double momentum = 0.9;
+  // Momentum of the eager modes (solo, majority, quorum); negative: `momentum`. Staleness acts
+  // like extra momentum (Mitliagkas et al., "Asynchrony begets momentum", 2016), so eager modes
+  // may want less explicit momentum than sync (sgd/EXPERIMENTS.md measures it).
+  double eager_momentum = -1;
   double weight_decay = 5e-4;
   uint64_t warmup_rounds = 0;
   std::vector<uint64_t> milestones;  // rounds

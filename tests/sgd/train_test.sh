@@ -25,6 +25,7 @@ expect_error() {  # expect_error NEEDLE CMD...
 expect_error "models are cnn, resnet20 and lstm" "$train" --model nope
 expect_error "modes are sync, solo, majority" "$train" --mode fast
 expect_error "out of range" "$train" --epochs 0
+expect_error "out of range" "$train" --eager-momentum 1
 expect_error "unknown option '--bogus'" "$train" --bogus 1
 expect_error "dataset-fashion-mnist" "$run" -n 2 "$train" --data "$work/none"
 mkdir "$work/corrupt"
@@ -40,8 +41,10 @@ if [[ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
 fi
 for mode in sync solo majority quorum:1; do
   "$run" -n 2 "$train" --model cnn --mode "$mode" --epochs 2 --train-limit 2000 \
-    --test-limit 1000 --batch 32 --lr 0.05 --imbalance 1:5 --log-every 0 \
+    --test-limit 1000 --batch 32 --lr 0.05 --eager-momentum 0.7 --imbalance 1:5 --log-every 0 \
     --json "$work/$mode.json" >"$work/$mode.log" 2>&1 || fail "$mode: $(cat "$work/$mode.log")"
+  grep -q "momentum 0.9 (eager modes 0.7)" "$work/$mode.log" \
+    || fail "$mode: the header does not show the eager momentum: $(head -3 "$work/$mode.log")"
   python3 - "$work/$mode.json" "$mode" <<'PY'
 import json, math, sys
 report = json.load(open(sys.argv[1]))["modes"][0]
