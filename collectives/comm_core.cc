@@ -227,14 +227,18 @@ Status CommCore::run(std::shared_ptr<Op> op, bool kick) {
     engine_->try_progress();
     return precheck;
   }
-  const auto deadline = config_.timeout > std::chrono::nanoseconds::zero()
-                            ? Engine::Clock::now() + config_.timeout
-                            : Engine::Clock::time_point::max();
-  if (!engine_->wait([raw] { return raw->done(); }, deadline)) {
-    return make_status(StatusCode::kTimeout, "%s did not finish within %s",
-                       describe(raw->sig()).c_str(), format_duration(config_.timeout).c_str());
-  }
+  if (!engine_->wait([raw] { return raw->done(); }, deadline())) return timed_out(*raw);
   return raw->status();
+}
+
+Engine::Clock::time_point CommCore::deadline() const {
+  return config_.timeout > std::chrono::nanoseconds::zero() ? Engine::Clock::now() + config_.timeout
+                                                            : Engine::Clock::time_point::max();
+}
+
+Status CommCore::timed_out(const Op& op) const {
+  return make_status(StatusCode::kTimeout, "%s did not finish within %s",
+                     describe(op.sig()).c_str(), format_duration(config_.timeout).c_str());
 }
 
 Status CommCore::run_inline(std::shared_ptr<Op> op) {
@@ -245,16 +249,11 @@ Status CommCore::run_inline(std::shared_ptr<Op> op) {
   raw->self = op;
   while (Op* earlier = submissions_.pop()) begin(earlier);  // sequence order
   begin(raw);
-  const auto deadline = config_.timeout > std::chrono::nanoseconds::zero()
-                            ? Engine::Clock::now() + config_.timeout
-                            : Engine::Clock::time_point::max();
+  const auto until = deadline();
   const auto done = [raw] { return raw->done(); };
-  const bool ok = engine_->drive_held(done, deadline);
+  const bool ok = engine_->drive_held(done, until);
   engine_->end_driving();
-  if (!ok && !engine_->wait(done, deadline)) {
-    return make_status(StatusCode::kTimeout, "%s did not finish within %s",
-                       describe(raw->sig()).c_str(), format_duration(config_.timeout).c_str());
-  }
+  if (!ok && !engine_->wait(done, until)) return timed_out(*raw);
   return raw->status();
 }
 

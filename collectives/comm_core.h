@@ -105,6 +105,9 @@ class CommCore final : public ProgressSource {
   // failure to join, and names the missing ranks at the timeout.
   Status wait_for_all(Store& store, const std::string& scope, const std::string& prefix);
   Status connect(Store& store, const std::string& scope);
+  // When a wait that starts now gives up (EAGERCOMM_TIMEOUT), and the error it gives.
+  Engine::Clock::time_point deadline() const;
+  Status timed_out(const Op& op) const;
   // Makes this rank's small boxes when the transport and EAGERCOMM_SMALL_MAX_BYTES allow.
   Status make_small_boxes();
   // After every rank published: maps the peers' small boxes.

@@ -201,9 +201,7 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DataT
   Status precheck;
   const OpSignature sig = allreduce_signature(*core_, send, recv, count, type, op, &precheck);
   if (!precheck.ok() || sig.reserved != static_cast<uint8_t>(Algo::kSmall)) {
-    std::shared_ptr<detail::Op> o = detail::make_allreduce(sig, send, recv);
-    o->precheck_error = precheck;
-    EC_ASSIGN_OR_RETURN(Request req, submit(std::move(o)));
+    EC_ASSIGN_OR_RETURN(Request req, allreduce_async(send, recv, count, type, op));
     return req.wait();
   }
   // The latency path: a small blocking call reuses one operation object (no allocation) and

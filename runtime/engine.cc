@@ -137,11 +137,7 @@ bool Engine::wait(const std::function<bool()>& done, Clock::time_point deadline)
     if (!closing_.load(std::memory_order_acquire) && try_acquire()) {
       unannounce();
       const bool ok = drive(done, deadline, /*may_block=*/true);
-      // Only the progress thread reads it; the clock costs ~25 ns, a tenth of a small op.
-      if (has_thread()) {
-        app_released_at_.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
-      }
-      release();
+      end_driving();
       if (ok) return true;
       if (Clock::now() >= deadline) return done();
       continue;  // closing: fall through to sleeping until done()
@@ -186,6 +182,7 @@ bool Engine::drive_held(const std::function<bool()>& done, Clock::time_point dea
 }
 
 void Engine::end_driving() {
+  // Only the progress thread reads it; the clock costs ~25 ns, a tenth of a small op.
   if (has_thread()) {
     app_released_at_.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
   }

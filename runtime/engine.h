@@ -53,8 +53,8 @@ struct EngineOptions {
   int rank = -1;  // for the progress thread's log lines
   // More ranks on this host than CPUs this process may run on: an idle driver yields the core
   // at once instead of polling first, since the rank it waits for may need this very core.
-  // (Measured, 8-byte allreduce on 2 cores, eagercomm-run: 3 ranks 14.6 -> 5.1 us, 4 ranks
-  // 21.5 -> 5.5 us; the yield-timing heuristic alone did not catch it on this kernel.)
+  // (Measured, 8-byte allreduce on 2 cores, eagercomm-run: 3 ranks 14.6 -> 4.9-5.1 us, 4 ranks
+  // 21.5 -> 5.1-5.5 us; the yield-timing heuristic alone did not catch it on this kernel.)
   bool oversubscribed = false;
 };
 

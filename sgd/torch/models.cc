@@ -185,27 +185,22 @@ Status check_options(const std::string& name, const ModelOptions& o) {
   return Status::Ok();
 }
 
+// A model of images: its forward takes no sequence lengths.
+template <typename Impl>
+Model image_model(const std::string& name, const ModelOptions& o) {
+  auto m = std::make_shared<Impl>(o);
+  return Model(
+      name, m,
+      [m, name](const torch::Tensor& x, const torch::Tensor& lengths) {
+        TORCH_CHECK(!lengths.defined(), name, ": takes no sequence lengths");
+        return m->forward(x);
+      },
+      false);
+}
+
 Result<Model> build(const std::string& name, const ModelOptions& o) {
-  if (name == "cnn") {
-    auto m = std::make_shared<CnnImpl>(o);
-    return Model(
-        name, m,
-        [m](const torch::Tensor& x, const torch::Tensor& lengths) {
-          TORCH_CHECK(!lengths.defined(), "cnn: takes no sequence lengths");
-          return m->forward(x);
-        },
-        false);
-  }
-  if (name == "resnet20") {
-    auto m = std::make_shared<ResNet20Impl>(o);
-    return Model(
-        name, m,
-        [m](const torch::Tensor& x, const torch::Tensor& lengths) {
-          TORCH_CHECK(!lengths.defined(), "resnet20: takes no sequence lengths");
-          return m->forward(x);
-        },
-        false);
-  }
+  if (name == "cnn") return image_model<CnnImpl>(name, o);
+  if (name == "resnet20") return image_model<ResNet20Impl>(name, o);
   auto m = std::make_shared<LstmClassifierImpl>(o);
   return Model(
       name, m,
