@@ -48,6 +48,7 @@ void print_usage() {
       "                        buffers: mpi, gloo (needs --world mpi, i.e. mpirun)\n"
       "      --p2p             transport write+notify latency and bandwidth between ranks 0, 1\n"
       "      --window N        writes in flight in the --p2p bandwidth test [64]\n"
+      "      --consume         --p2p: the receiver reads the payload before it answers\n"
       "      --coll NAME       allreduce | broadcast | allgather | barrier [allreduce]\n"
       "  -b, --minbytes SIZE   smallest message [8]\n"
       "  -e, --maxbytes SIZE   largest message [64M]\n"
@@ -118,6 +119,10 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
     }
     if (flag == "--p2p") {
       o.p2p = true;
+      continue;
+    }
+    if (flag == "--consume") {
+      o.consume = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -279,6 +284,9 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
   if (o.imbalance) {
     if (!sizes_given) o.min_bytes = o.max_bytes = 1 << 20;
     if (!iters_given) o.iters = 50;
+  }
+  if (o.consume && !o.p2p) {
+    return Status(StatusCode::kInvalidArgument, "--consume applies to --p2p only");
   }
   if (o.p2p && !iters_given) o.iters = 1000;
   if (o.p2p && !sizes_given) o.max_bytes = 4 << 20;

@@ -46,6 +46,7 @@ struct Options {
   std::vector<std::string> compare;    // --compare mpi,gloo: baselines run alongside
   bool p2p = false;                    // --p2p: transport write+notify latency / bandwidth
   int window = 64;                     // --window: writes in flight in the p2p bandwidth test
+  bool consume = false;                // --consume: p2p receiver reads each payload
   bool in_place = true;                // -I 0 skips the in-place columns
   std::string json;                    // --json FILE ("-": stdout instead of the table)
 

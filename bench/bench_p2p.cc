@@ -17,15 +17,23 @@ constexpr uint32_t kAckTag = 0xffffffffu;
 // One side of the pair: the transport, this rank's region and the peer's.
 class Endpoint {
  public:
-  Endpoint(Transport& t, int peer, const MemoryRegion& local, const RemoteRegion& remote,
-           std::chrono::nanoseconds timeout)
-      : t_(t), peer_(peer), local_(local), remote_(remote), timeout_(timeout) {}
+  // Writes go from the send area of `local` (at send_offset) to the receive area of `remote`
+  // (at 0): separate buffers, as in ucx_perftest and ib_write_lat, so that answering does not
+  // read what the peer just wrote (see --consume for that).
+  Endpoint(Transport& t, int peer, const MemoryRegion& local, size_t send_offset,
+           const RemoteRegion& remote, std::chrono::nanoseconds timeout)
+      : t_(t),
+        peer_(peer),
+        local_(local),
+        send_offset_(send_offset),
+        remote_(remote),
+        timeout_(timeout) {}
 
   // Issues a write of `bytes` with `tag`, polling while the transport pushes back.
   Status write(size_t bytes, uint32_t tag) {
     const auto deadline = Clock::now() + timeout_;
     for (uint32_t spins = 0;; ++spins) {
-      Status s = t_.write(local_, 0, remote_, 0, bytes, tag, 0);
+      Status s = t_.write(local_, send_offset_, remote_, 0, bytes, tag, 0);
       if (s.code() != StatusCode::kBusy) return s;
       EC_RETURN_IF_ERROR(drain());
       if ((spins & 1023) == 1023 && Clock::now() > deadline) return busy_timeout();
@@ -59,6 +67,14 @@ class Endpoint {
     return Status::Ok();
   }
 
+  // Reads the `bytes` the peer wrote into this rank's receive area (--consume).
+  uint64_t consume(size_t bytes) const {
+    const auto* p = static_cast<const volatile uint8_t*>(local_.data());
+    uint64_t sum = 0;
+    for (size_t i = 0; i < bytes; i += 8) sum += p[i];
+    return sum;
+  }
+
  private:
   Status drain() {
     std::array<TransportCompletion, 64> c;
@@ -79,6 +95,7 @@ class Endpoint {
   Transport& t_;
   int peer_;
   const MemoryRegion& local_;
+  size_t send_offset_;
   const RemoteRegion& remote_;
   std::chrono::nanoseconds timeout_;
   uint64_t notified_ = 0;
@@ -106,6 +123,7 @@ int bw_rounds(const Options& o, size_t bytes) {
 
 Result<std::vector<P2pRow>> measure(Endpoint& ep, int rank, const Options& o) {
   std::vector<P2pRow> rows;
+  uint64_t consumed = 0;  // kept live so that --consume's reads are not optimized away
   for (size_t bytes : sizes_of(o)) {
     P2pRow row;
     row.bytes = bytes;
@@ -115,9 +133,11 @@ Result<std::vector<P2pRow>> measure(Endpoint& ep, int rank, const Options& o) {
         const auto t0 = Clock::now();
         EC_RETURN_IF_ERROR(ep.write(bytes, static_cast<uint32_t>(it)));
         EC_RETURN_IF_ERROR(ep.await_notifications(1));
+        if (o.consume) consumed += ep.consume(bytes);
         if (it >= o.warmup) rtt.push_back(us_since(t0));
       } else {
         EC_RETURN_IF_ERROR(ep.await_notifications(1));
+        if (o.consume) consumed += ep.consume(bytes);
         EC_RETURN_IF_ERROR(ep.write(bytes, static_cast<uint32_t>(it)));
       }
     }
@@ -129,8 +149,10 @@ Result<std::vector<P2pRow>> measure(Endpoint& ep, int rank, const Options& o) {
       if (rank == 0) {
         EC_RETURN_IF_ERROR(ep.write(bytes, static_cast<uint32_t>(it)));
         EC_RETURN_IF_ERROR(ep.await_notifications(1));
+        if (o.consume) consumed += ep.consume(bytes);
       } else {
         EC_RETURN_IF_ERROR(ep.await_notifications(1));
+        if (o.consume) consumed += ep.consume(bytes);
         EC_RETURN_IF_ERROR(ep.write(bytes, static_cast<uint32_t>(it)));
       }
     }
@@ -157,6 +179,7 @@ Result<std::vector<P2pRow>> measure(Endpoint& ep, int rank, const Options& o) {
     }
     rows.push_back(row);
   }
+  if (consumed == 1) std::fputs("", stdout);
   return rows;
 }
 
@@ -195,8 +218,10 @@ Result<P2pReport> run_p2p(const Options& o) {
     return report;
   }
   const int peer = 1 - rank;
+  // The receive area, then (from a fresh cache line) the send area.
+  const size_t send_offset = (std::max<size_t>(o.max_bytes, 8) + 63) / 64 * 64;
   EC_ASSIGN_OR_RETURN(std::unique_ptr<MemoryRegion> region,
-                      t->allocate(std::max<size_t>(o.max_bytes, 8), MemoryKind::kHost));
+                      t->allocate(2 * send_offset, MemoryKind::kHost));
   const std::string mine = scope + "/" + std::to_string(rank),
                     theirs = scope + "/" + std::to_string(peer);
   EC_RETURN_IF_ERROR(store.set(mine + "/address", t->local_address()));
@@ -206,7 +231,7 @@ Result<P2pReport> run_p2p(const Options& o) {
   EC_RETURN_IF_ERROR(t->connect(peer, address));
   EC_ASSIGN_OR_RETURN(Bytes key, store.get(theirs + "/key", timeout));
   EC_ASSIGN_OR_RETURN(std::unique_ptr<RemoteRegion> remote, t->import_region(peer, key));
-  Endpoint ep(*t, peer, *region, *remote, timeout);
+  Endpoint ep(*t, peer, *region, send_offset, *remote, timeout);
   // Both connected before the first timed write.
   EC_RETURN_IF_ERROR(store.set(mine + "/ready", {1}));
   EC_RETURN_IF_ERROR(wait_key(store, theirs + "/ready", timeout, "readiness", peer));
@@ -228,8 +253,9 @@ Result<P2pReport> run_p2p(const Options& o) {
 void print_p2p(FILE* out, const Options& o, const P2pReport& r) {
   std::fprintf(out,
                "# eagercomm-bench --p2p: transport %s, rank 0 <-> rank 1 (job of %d), "
-               "transport-allocated regions\n",
-               r.transport.c_str(), r.ranks);
+               "transport-allocated regions, separate send and receive buffers%s\n",
+               r.transport.c_str(), r.ranks,
+               o.consume ? ", the receiver reads each payload (--consume)" : "");
   std::fprintf(out,
                "# latency: half the median round trip of write+notify ping-pong over %d "
                "iterations (warm-up %d); mean: a second loop of as many round trips timed as "
@@ -249,7 +275,8 @@ std::string p2p_json(const Options& o, const P2pReport& r) {
   s += "  \"transport\": \"" + r.transport + "\",\n";
   s += "  \"ranks\": " + std::to_string(r.ranks) + ",\n";
   s += "  \"iters\": " + std::to_string(o.iters) + ",\n";
-  s += "  \"window\": " + std::to_string(o.window) + ",\n  \"rows\": [";
+  s += "  \"window\": " + std::to_string(o.window) + ",\n";
+  s += std::string("  \"consume\": ") + (o.consume ? "true" : "false") + ",\n  \"rows\": [";
   for (size_t i = 0; i < r.rows.size(); ++i) {
     char b[256];
     std::snprintf(b, sizeof(b),

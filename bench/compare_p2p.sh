@@ -2,7 +2,8 @@
 # One-sided write + notification of eagercomm's ucx transport against UCX's own ucx_perftest
 # ucp_put_lat, on this host, alternating the two several times (noise hits both alike).
 # usage: bench/compare_p2p.sh [build-dir] [size] [rounds]
-# env: UCX_TLS etc. apply to both (default: UCX's choice, shared memory on one host).
+# env: UCX_TLS etc. apply to both (default: UCX's choice, shared memory on one host);
+#      CONSUME=1 makes eagercomm's receiver read each payload (eagercomm-bench --consume).
 # Prints each round's mean one-way latencies and the ratio eagercomm / ucx_perftest.
 set -euo pipefail
 build=${1:-build/default}
@@ -30,7 +31,7 @@ perftest_us() {  # mean one-way latency of ucp_put_lat (its "average" column)
 }
 
 eagercomm_us() {  # mean one-way latency of eagercomm-bench --p2p over ucx
-  "$run" -n 2 --transport ucx --no-prefix "$bench" --p2p -b "$size" -e "$size" -n "$iters" -w 100 \
+  "$run" -n 2 --transport ucx --no-prefix "$bench" --p2p ${CONSUME:+--consume} -b "$size" -e "$size" -n "$iters" -w 100 \
     --json - | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["latency_mean_us"])'
 }
 

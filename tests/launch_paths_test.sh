@@ -101,6 +101,13 @@ d = json.load(open(sys.argv[1]))
 assert d["transport"] == sys.argv[2] and d["ranks"] == 3, d
 assert [r["bytes"] for r in d["rows"]] == [8, 64, 512, 4096, 32768], d["rows"]
 assert all(r["latency_us"] > 0 and r["bandwidth_gbps"] > 0 for r in d["rows"]), d["rows"]
+assert d["consume"] is False, d
 PY
 done
+"$run" -n 2 --transport shm "$bench" --p2p --consume -b 8 -e 4K -f 8 -n 50 --window 8 \
+  --json "$tmp/p2p.json" >"$tmp/p2p.out" 2>&1 || { cat "$tmp/p2p.out"; fail "--p2p --consume failed"; }
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["consume"] is True, d' \
+  "$tmp/p2p.json" || fail "--p2p --consume: JSON does not say consume"
+if "$bench" --consume 2>"$tmp/err"; then fail "--consume accepted without --p2p"; fi
+grep -q "applies to --p2p only" "$tmp/err" || fail "--consume alone: unclear error: $(cat "$tmp/err")"
 echo "launch_paths_test: OK"

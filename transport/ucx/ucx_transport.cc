@@ -77,8 +77,13 @@ std::string beacon_name(const std::string& job, uint64_t instance) {
 }
 // poll() progresses the worker until it is idle or this many passes ran.
 constexpr int kProgressPasses = 4;
-// Polls that may be served from the notification rings alone before the worker progresses.
-constexpr unsigned kRingPollsPerProgress = 16;
+// Polls served from the notification rings alone (delivering or not) between two progresses of
+// the worker. A progress costs far more than a look at the rings (hundreds of ns: every UCX
+// interface, a lock); progressing on every empty poll made a ring notification wait, on
+// average, half a progress before the spinning receiver saw it. Traffic that needs the worker
+// (active messages, emulated puts, wire-up) is served at most this many polls late, and at once
+// after wait() saw worker events (progress_due_).
+constexpr unsigned kRingPollsPerProgress = 8;
 
 // What a notification carries: the active message header.
 struct NoteHeader {
@@ -395,12 +400,14 @@ class UcxTransport final : public Transport {
   Op* take_op(int peer);
   void release_part(Op* op);
   Status send_note(Op* op, ucp_ep_h ep);
-  void push(const TransportCompletion& c);
+  void push(TransportCompletion::Kind kind, int peer, uint32_t tag, uint64_t cookie);
   void peer_failed(int peer, ucs_status_t status, const char* what);
   // Every kLivenessInterval: peers on this host whose process died are marked failed.
   void probe_peers();
   // Ring path: pushes `tag` into `peer`'s ring and wakes the peer if it sleeps.
   Status ring_notify(int peer, uint32_t tag);
+  Status ring_room(int peer);  // kOk, kBusy when full, kProtocolError when corrupt
+  void ring_push(Peer& p, uint32_t tag);  // after ring_room() said ok
   // Tags from the rings into `out`; returns how many.
   size_t drain_rings(std::span<TransportCompletion> out);
   bool rings_maybe_nonempty() const;
@@ -458,9 +465,14 @@ class UcxTransport final : public Transport {
   std::unique_ptr<MemoryRegion> notify_region_;
   NotifyBlock* notify_block_ = nullptr;
   std::vector<shm_ring::Consumer> consumers_;
-  std::vector<uint8_t> ring_failed_;  // senders whose ring was corrupt (driver only)
+  // Senders whose ring poll() reads: every other rank, less those on another host (they cannot
+  // map our memory) and those whose ring was found corrupt (driver only).
+  std::vector<int> ring_senders_;
   bool any_wake_due_ = false;
   unsigned ring_polls_ = 0;  // polls answered from the rings alone since the worker progressed
+  // Set by wait() when the worker has events (arm said busy, or the sleep ended): the next poll
+  // progresses the worker.
+  std::atomic<bool> progress_due_{false};
 };
 
 Status UcxTransport::init() {
@@ -528,7 +540,9 @@ Status UcxTransport::init() {
     consumers_[sender] =
         shm_ring::Consumer(base + notify_ring_offset(sender, ring_capacity_), ring_capacity_);
   }
-  ring_failed_.assign(size(), 0);
+  for (int sender = 0; sender < size(); ++sender) {
+    if (sender != rank()) ring_senders_.push_back(sender);
+  }
   const std::vector<uint8_t>& key = notify_region_->remote_key();
   body.insert(body.end(), key.begin(), key.end());
 
@@ -888,6 +902,7 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
     p.sleepers = &reinterpret_cast<NotifyBlock*>(mapped)->sleepers;
   }
   p.notify_region = std::move(ring_region.value());
+  if (!same_host) std::erase(ring_senders_, peer);
   if (same_host) {
     Result<LivenessWatch> live = LivenessWatch::open(beacon_name(job_, h.instance));
     if (live.ok()) {
@@ -923,8 +938,16 @@ void UcxTransport::release_part(Op* op) {
   free_ops_.push_back(op);
 }
 
-void UcxTransport::push(const TransportCompletion& c) {
-  queue_.push_back(c);
+// Field by field into the queue: a completion built on the stack and then copied is a wide load
+// of narrow stores, which x86 cannot forward, so the load waits until those stores commit; in
+// write() they sit behind the store into the peer's ring, which waits for that cache line to
+// arrive. That stall cost ~25 ns of every 8-byte write.
+void UcxTransport::push(TransportCompletion::Kind kind, int peer, uint32_t tag, uint64_t cookie) {
+  TransportCompletion& c = queue_.emplace_back();
+  c.kind = kind;
+  c.peer = peer;
+  c.tag = tag;
+  c.cookie = cookie;
   // Only the driver changes it (other threads read it in wait()): no read-modify-write.
   queued_.store(queued_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
@@ -935,7 +958,7 @@ void UcxTransport::peer_failed(int peer, ucs_status_t status, const char* what) 
   p.failed = true;
   EC_ERROR(kNet, "ucx: rank %d: %s to rank %d failed: %s; the peer is treated as lost", rank(),
            what, peer, ucs_status_string(status));
-  push(TransportCompletion{TransportCompletion::Kind::kPeerError, peer, 0, 0});
+  push(TransportCompletion::Kind::kPeerError, peer, 0, 0);
 }
 
 void UcxTransport::probe_peers() {
@@ -947,7 +970,7 @@ void UcxTransport::probe_peers() {
     if (p.live.check() != LivenessWatch::State::kDead) continue;
     p.failed = true;
     EC_ERROR(kNet, "ucx: rank %d: rank %d's process is gone (killed or crashed)", rank(), p.rank);
-    push(TransportCompletion{TransportCompletion::Kind::kPeerError, p.rank, 0, 0});
+    push(TransportCompletion::Kind::kPeerError, p.rank, 0, 0);
   }
 }
 
@@ -958,8 +981,8 @@ void UcxTransport::on_put_done(void* request, ucs_status_t status, void* user_da
   op->put_request = nullptr;
   if (status != UCS_OK) self->peer_failed(op->peer, status, "a put");
   // Failed or not, UCX is done with the source.
-  self->push(TransportCompletion{TransportCompletion::Kind::kWriteDone, op->peer, op->header.tag,
-                                 op->cookie});
+  self->push(TransportCompletion::Kind::kWriteDone, op->peer, op->header.tag,
+                                 op->cookie);
   self->release_part(op);
 }
 
@@ -993,7 +1016,7 @@ ucs_status_t UcxTransport::on_note(void* arg, const void* header, size_t header_
              h.sender);
     return UCS_OK;
   }
-  self->push(TransportCompletion{TransportCompletion::Kind::kNotify, h.sender, h.tag, 0});
+  self->push(TransportCompletion::Kind::kNotify, h.sender, h.tag, 0);
   return UCS_OK;
 }
 
@@ -1107,36 +1130,37 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
                        bytes, local_offset, bytes, local.size(), remote_offset, bytes,
                        remote.size());
   }
-  const int peer = remote.peer();
-  EC_RETURN_IF_ERROR(check_sendable(peer, "write"));
-  if (peers_[peer].ring.attached()) {
+  const int peer = remote.peer();  // in range: import_region() checked it
+  Peer& p = peers_[peer];
+  if (closed_ || !p.ep || p.bye_received || p.failed) return check_sendable(peer, "write");
+  if (p.ring.attached()) {
     // The peer's memory is mapped here: stores, then the ring. Memory that is not mapped is
     // put and flushed first, since a ring push is not ordered after a put.
-    const shm_ring::Room room = peers_[peer].ring.room();
-    if (room == shm_ring::Room::kFull) return Status(StatusCode::kBusy, {});
-    if (bytes > 0) {
-      const auto* from = static_cast<const uint8_t*>(local.data()) + local_offset;
-      if (dst->mapped() != nullptr) {
-        std::memcpy(static_cast<uint8_t*>(dst->mapped()) + remote_offset, from, bytes);
-      } else {
-        ucp_request_param_t param{};
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-        param.memh = src->memh();
-        ucs_status_ptr_t r = ucp_put_nbx(peers_[peer].ep, from, bytes, dst->base() + remote_offset,
-                                         dst->rkey(), &param);
-        if (UCS_PTR_IS_ERR(r)) {
-          const ucs_status_t st = UCS_PTR_STATUS(r);
-          if (st == UCS_ERR_NO_RESOURCE) return Status(StatusCode::kBusy, {});
-          peer_failed(peer, st, "a put");
-          return make_status(code_of(st), "ucx: put of %zu bytes to rank %d failed: %s", bytes,
-                             peer, ucs_status_string(st));
-        }
-        if (r != nullptr) ucp_request_free(r);  // flush_peer() waits for it
-        EC_RETURN_IF_ERROR(flush_peer(peer));
+    EC_RETURN_IF_ERROR(ring_room(peer));
+    const auto* from = static_cast<const uint8_t*>(local.data()) + local_offset;
+    if (bytes > 0 && dst->mapped() == nullptr) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = src->memh();
+      ucs_status_ptr_t r =
+          ucp_put_nbx(p.ep, from, bytes, dst->base() + remote_offset, dst->rkey(), &param);
+      if (UCS_PTR_IS_ERR(r)) {
+        const ucs_status_t st = UCS_PTR_STATUS(r);
+        if (st == UCS_ERR_NO_RESOURCE) return Status(StatusCode::kBusy, {});
+        peer_failed(peer, st, "a put");
+        return make_status(code_of(st), "ucx: put of %zu bytes to rank %d failed: %s", bytes,
+                           peer, ucs_status_string(st));
       }
+      if (r != nullptr) ucp_request_free(r);  // flush_peer() waits for it
+      EC_RETURN_IF_ERROR(flush_peer(peer));
     }
-    EC_RETURN_IF_ERROR(ring_notify(peer, tag));
-    push(TransportCompletion{TransportCompletion::Kind::kWriteDone, peer, tag, cookie});
+    // Nothing can fail from here on. The completion is recorded before the stores into the
+    // peer's memory, so that nothing after those stores waits for them (see push()).
+    push(TransportCompletion::Kind::kWriteDone, peer, tag, cookie);
+    if (bytes > 0 && dst->mapped() != nullptr) {
+      std::memcpy(static_cast<uint8_t*>(dst->mapped()) + remote_offset, from, bytes);
+    }
+    ring_push(p, tag);
     return Status::Ok();
   }
   Op* op = take_op(peer);
@@ -1163,13 +1187,13 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
                          ucs_status_string(s));
     }
     if (r == nullptr) {
-      push(TransportCompletion{TransportCompletion::Kind::kWriteDone, peer, tag, cookie});
+      push(TransportCompletion::Kind::kWriteDone, peer, tag, cookie);
     } else {
       op->put_request = r;
       ++op->parts;
     }
   } else {
-    push(TransportCompletion{TransportCompletion::Kind::kWriteDone, peer, tag, cookie});
+    push(TransportCompletion::Kind::kWriteDone, peer, tag, cookie);
   }
   // The put must be complete at the target before the notification is processed there.
   const ucs_status_t f = ucp_worker_fence(core_->worker);
@@ -1197,19 +1221,27 @@ Status UcxTransport::notify(int peer, uint32_t tag) {
   return s;
 }
 
-Status UcxTransport::ring_notify(int peer, uint32_t tag) {
-  Peer& p = peers_[peer];
-  switch (p.ring.room()) {
+Status UcxTransport::ring_room(int peer) {
+  switch (peers_[peer].ring.room()) {
     case shm_ring::Room::kOk:
-      break;
+      return Status::Ok();
     case shm_ring::Room::kFull:
       return Status(StatusCode::kBusy, {});
     case shm_ring::Room::kCorrupt:
-      peer_failed(peer, UCS_ERR_IO_ERROR, "its notification ring (impossible head index)");
-      return make_status(StatusCode::kProtocolError,
-                         "ucx: rank %d corrupted its notification ring (impossible head index)",
-                         peer);
+      break;
   }
+  peer_failed(peer, UCS_ERR_IO_ERROR, "its notification ring (impossible head index)");
+  return make_status(StatusCode::kProtocolError,
+                     "ucx: rank %d corrupted its notification ring (impossible head index)", peer);
+}
+
+Status UcxTransport::ring_notify(int peer, uint32_t tag) {
+  EC_RETURN_IF_ERROR(ring_room(peer));
+  ring_push(peers_[peer], tag);
+  return Status::Ok();
+}
+
+void UcxTransport::ring_push(Peer& p, uint32_t tag) {
   // A release store: data stored through mappings before it is visible with the tag.
   p.ring.push(tag);
   // Dekker with wait(): the receiver announces itself in `sleepers`, then looks at its rings;
@@ -1217,12 +1249,11 @@ Status UcxTransport::ring_notify(int peer, uint32_t tag) {
   // are ordered, so one of the two sees the other (a fence and a load would do on x86, but
   // not in the C++ model TSan checks).
   if (p.sleepers->fetch_add(0, std::memory_order_seq_cst) != 0) {
-    if (send_control(peer, kWake).code() == StatusCode::kBusy) {
+    if (send_control(p.rank, kWake).code() == StatusCode::kBusy) {
       p.wake_due = true;
       any_wake_due_ = true;
     }
   }
-  return Status::Ok();
 }
 
 Status UcxTransport::flush_peer(int peer) {
@@ -1243,27 +1274,39 @@ Status UcxTransport::flush_peer(int peer) {
 
 size_t UcxTransport::drain_rings(std::span<TransportCompletion> out) {
   size_t n = 0;
-  for (int sender = 0; sender < size() && n < out.size(); ++sender) {
-    if (ring_failed_[sender]) continue;
+  int failed = -1;
+  for (const int sender : ring_senders_) {
+    if (n == out.size()) break;
     shm_ring::Consumer& ring = consumers_[sender];
-    bool popped = false;
+    const size_t before = n;
     uint32_t tag = 0;
     int got = 0;
     while (n < out.size() && (got = ring.try_pop(tag)) > 0) {
-      out[n++] = TransportCompletion{TransportCompletion::Kind::kNotify, sender, tag, 0};
-      popped = true;
+      TransportCompletion& c = out[n++];  // field by field: see push()
+      c.kind = TransportCompletion::Kind::kNotify;
+      c.peer = sender;
+      c.tag = tag;
+      c.cookie = 0;
     }
-    if (popped) ring.publish();
-    if (got < 0) {
-      ring_failed_[sender] = 1;
-      EC_ERROR(kNet,
-               "ucx: rank %d: rank %d's notification ring holds impossible entries; "
-               "ignoring it from now on",
-               rank(), sender);
-      if (!peers_[sender].failed) {
-        peers_[sender].failed = true;
-        out[n++] = TransportCompletion{TransportCompletion::Kind::kPeerError, sender, 0, 0};
-      }
+    if (n != before) ring.publish();
+    if (got < 0) failed = sender;
+  }
+  if (failed >= 0) {  // at most one per call; a later call finds the next
+    std::erase(ring_senders_, failed);
+    EC_ERROR(kNet,
+             "ucx: rank %d: rank %d's notification ring holds impossible entries; ignoring it "
+             "from now on",
+             rank(), failed);
+    if (!peers_[failed].failed && n < out.size()) {
+      peers_[failed].failed = true;
+      TransportCompletion& c = out[n++];
+      c.kind = TransportCompletion::Kind::kPeerError;
+      c.peer = failed;
+      c.tag = 0;
+      c.cookie = 0;
+    } else if (!peers_[failed].failed) {
+      peers_[failed].failed = true;
+      push(TransportCompletion::Kind::kPeerError, failed, 0, 0);
     }
   }
   return n;
@@ -1284,15 +1327,15 @@ void* UcxTransport::mapped_address(const RemoteRegion& remote) {
 
 size_t UcxTransport::poll(std::span<TransportCompletion> out) {
   if (closed_) return 0;
-  // Rings first: when they deliver, the worker's progress (the expensive part of a poll) waits
-  // for a later call, at most kRingPollsPerProgress of them.
-  if (++ring_polls_ < kRingPollsPerProgress) {
+  // Rings first; the worker's progress (the expensive part of a poll) waits for a later call, at
+  // most kRingPollsPerProgress of them.
+  if (++ring_polls_ < kRingPollsPerProgress && !progress_due_.load(std::memory_order_relaxed)) {
     fence(std::memory_order_acquire);
-    size_t n = take_queued(out);
-    n += drain_rings(out.subspan(n));
-    if (n > 0) return n;
+    const size_t n = take_queued(out);
+    return n + drain_rings(out.subspan(n));
   }
   ring_polls_ = 0;
+  progress_due_.store(false, std::memory_order_relaxed);
   int progressed = 0;
   for (int pass = 0; pass < kProgressPasses; ++pass) {
     const unsigned events = ucp_worker_progress(core_->worker);
@@ -1336,6 +1379,7 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
 }
 
 size_t UcxTransport::take_queued(std::span<TransportCompletion> out) {
+  if (queue_head_ == queue_.size()) return 0;
   size_t n = 0;
   while (n < out.size() && queue_head_ < queue_.size()) out[n++] = queue_[queue_head_++];
   if (queue_head_ == queue_.size()) {
@@ -1411,6 +1455,7 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
   if (can_arm_) {
     const ucs_status_t s = ucp_worker_arm(core_->worker);
     if (s == UCS_ERR_BUSY) {
+      progress_due_.store(true, std::memory_order_relaxed);
       for (int i = 0; i < kWaitSlots; ++i) {
         if (i != slot && slots_[i].busy.load(std::memory_order_seq_cst)) signal_slot(i);
       }
@@ -1451,6 +1496,7 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
   if (::ppoll(fds, n, infinite ? nullptr : &ts, nullptr) < 0 && errno != EINTR) {
     EC_WARN(kNet, "ucx: rank %d: ppoll in wait() failed: %m", rank());
   }
+  progress_due_.store(true, std::memory_order_relaxed);
   done2();
 }
 
