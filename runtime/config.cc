@@ -57,7 +57,8 @@ struct Variable {
   std::string_view note = {};  // kString: what the text means, shown as the accepted text
   std::string_view doc;
   FieldAccess field;
-  bool secret = false;  // describe() shows whether it is set, never the value
+  bool secret = false;       // describe() shows whether it is set, never the value
+  bool allows_auto = false;  // kInt: "auto" is accepted too, stored as the field type's maximum
 };
 
 // ---- field accessors: how each field type takes a parsed value and prints itself ----
@@ -93,6 +94,7 @@ std::string format_value(const Variable& var, const T& field) {
     return index < var.choices.size() ? std::string(var.choices[index]) : std::to_string(index);
   } else {
     static_assert(kIsNumberField<T>, "the table cannot hold this field type");
+    if (var.allows_auto && field == std::numeric_limits<T>::max()) return "auto";
     return var.kind == Kind::kSize ? format_size(field) : std::to_string(field);
   }
 }
@@ -239,6 +241,28 @@ constexpr Variable kVariables[] = {
      .doc = "store straight into a peer's mapped memory when the transport offers it; turn off "
             "to force the copy path when chasing a memory bug",
      .field = field<&Config::direct>()},
+    // The verbs transport's device (issue #6); like NCCL_IB_HCA / UCX_NET_DEVICES.
+    {.name = "EAGERCOMM_IB_HCA",
+     .kind = Kind::kString,
+     .default_text = "",
+     .note = "RDMA device name as ibv_devices lists it (mlx5_0); empty: the first with an active "
+             "port",
+     .doc = "which RDMA device the verbs transport uses; eagercomm-info lists the devices here",
+     .field = field<&Config::ib_hca>()},
+    {.name = "EAGERCOMM_IB_PORT",
+     .kind = Kind::kInt,
+     .default_text = "0",
+     .max = 255,
+     .doc = "port of EAGERCOMM_IB_HCA (ports count from 1); 0: its first active port",
+     .field = field<&Config::ib_port>()},
+    {.name = "EAGERCOMM_IB_GID_INDEX",
+     .kind = Kind::kInt,
+     .default_text = "auto",
+     .max = 255,
+     .doc = "GID table index for RoCE (and IB with GRH); auto: the first RoCE v2 IPv4-mapped GID "
+            "on Ethernet ports, none on InfiniBand ports",
+     .field = field<&Config::ib_gid_index>(),
+     .allows_auto = true},
     // Where a process stands in its job. eagercomm-run sets these; under mpirun, srun or
     // torchrun their own variables are read instead (these override them when set).
     {.name = "EAGERCOMM_RANK",
@@ -427,6 +451,7 @@ Result<Parsed> parse_value(const Variable& var, std::string_view text) {
       number = parse_duration_ns(text);
       break;
     case Kind::kInt:
+      if (var.allows_auto && text == "auto") return Parsed{var.field.type_max, {}};
       number = parse_integer(text);
       break;
   }
@@ -472,7 +497,7 @@ std::string accepted_text(const Variable& var) {
     case Kind::kDuration:
       return with_range("duration");
     case Kind::kInt:
-      return with_range("integer");
+      return var.allows_auto ? "auto or " + with_range("integer") : with_range("integer");
     case Kind::kString:
       return std::string(var.note);
     case Kind::kSubsysList: {
@@ -500,6 +525,9 @@ std::string bad_value_message(const Variable& var, std::string_view text, const 
     case Kind::kSubsysList:  // the reason lists the accepted names itself
       return out + "a subsystem list: " + reason.message();
     case Kind::kInt:
+      if (var.allows_auto) {  // accepted_text() says "auto or integer (..)"
+        return out + "auto or an " + accepted_text(var).substr(8) + ": " + reason.message();
+      }
       return out + "an " + accepted_text(var) + ": " + reason.message();
     default:
       return out + "a " + accepted_text(var) + ": " + reason.message();

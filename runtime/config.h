@@ -30,22 +30,27 @@ enum class BroadcastAlgo : uint8_t { kAuto, kTree, kChain };
 
 // The values in force. Field names mirror the variables (EAGERCOMM_SLOT_BYTES -> slot_bytes).
 struct Config {
-  std::string transport = "auto";                   // auto|inproc|shm|ucx|verbs
-  LogLevel log_level = LogLevel::kWarn;             // error|warn|info|debug|trace
-  std::string log_subsys = "all";                   // comma list, "all", or "^net,coll"
-  std::string log_file;                             // empty: stderr; %h host, %p pid
-  std::chrono::nanoseconds timeout = std::chrono::seconds(300);  // 0: wait forever
+  std::string transport = "auto";        // auto|inproc|shm|ucx|verbs
+  LogLevel log_level = LogLevel::kWarn;  // error|warn|info|debug|trace
+  std::string log_subsys = "all";        // comma list, "all", or "^net,coll"
+  std::string log_file;                  // empty: stderr; %h host, %p pid
+  std::chrono::nanoseconds timeout = std::chrono::seconds(300);    // 0: wait forever
   std::chrono::nanoseconds spin = std::chrono::microseconds(100);  // idle poll before blocking
   ProgressThreadMode progress_thread = ProgressThreadMode::kAuto;
-  size_t slot_bytes = 256 * 1024;                   // one mailbox slot, header included
-  uint32_t slots = 8;                               // mailbox slots per peer pair
+  size_t slot_bytes = 256 * 1024;  // one mailbox slot, header included
+  uint32_t slots = 8;              // mailbox slots per peer pair
   AllreduceAlgo allreduce_algo = AllreduceAlgo::kAuto;
-  size_t rd_max_bytes = 16 * 1024;                  // recursive doubling up to this size
-  size_t direct_min_bytes = 16 * 1024;              // direct (load/store) allreduce from here
-  size_t small_max_bytes = 8 * 1024;                // small-box allreduce up to this (0: off)
+  size_t rd_max_bytes = 16 * 1024;      // recursive doubling up to this size
+  size_t direct_min_bytes = 16 * 1024;  // direct (load/store) allreduce from here
+  size_t small_max_bytes = 8 * 1024;    // small-box allreduce up to this (0: off)
   BroadcastAlgo bcast_algo = BroadcastAlgo::kAuto;
-  size_t chain_min_bytes = 256 * 1024;              // broadcast by chain from this size
-  bool direct = true;                               // store into mapped peer memory if offered
+  size_t chain_min_bytes = 256 * 1024;  // broadcast by chain from this size
+  bool direct = true;                   // store into mapped peer memory if offered
+  // The verbs transport's device: name ("" any), port (0 first active), GID index (kAutoIndex).
+  static constexpr uint32_t kAutoIndex = UINT32_MAX;
+  std::string ib_hca;
+  uint32_t ib_port = 0;
+  uint32_t ib_gid_index = kAutoIndex;
   // Where this process stands in its job (launcher variables; see launch_env.h).
   uint32_t rank = 0;
   uint32_t size = 1;

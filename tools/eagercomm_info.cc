@@ -9,6 +9,7 @@
 #include "runtime/build_config.h"
 #include "runtime/config.h"
 #include "transport/registry.h"
+#include "transport/verbs/verbs_device.h"
 
 namespace {
 
@@ -58,12 +59,37 @@ int main(int argc, char** argv) {
                   t.available ? "" : " -- ", t.available ? "" : t.reason.c_str());
     }
   }
+  if (show_transports) {
+    namespace verbs = eagercomm::verbs;
+    const verbs::DeviceList rdma = verbs::list_verbs_devices();
+    std::printf("#\n# RDMA devices (libibverbs)\n");
+    if (rdma.devices.empty()) std::printf("#   none: %s\n", rdma.reason.c_str());
+    for (const verbs::DeviceInfo& d : rdma.devices) {
+      for (const verbs::PortInfo& p : d.ports) {
+        size_t gids = 0;
+        for (const verbs::Gid& g : p.gids) gids += g.empty() ? 0 : 1;
+        std::printf("#   %s port %u: %s, %s, lid %u, mtu %u, %zu GIDs in use\n", d.name.c_str(),
+                    p.number, p.active ? "active" : "down", verbs::link_layer_name(p.link), p.lid,
+                    p.active_mtu, gids);
+      }
+    }
+    const auto chosen = verbs::choose_endpoint(rdma.devices, config.value(), rdma.reason);
+    if (chosen.ok()) {
+      const verbs::Endpoint& e = chosen.value();
+      std::printf("#   the verbs transport would use %s port %u%s%s\n", e.device.c_str(), e.port,
+                  e.use_gid ? ", GID " : "",
+                  e.use_gid ? (std::to_string(e.gid_index) + " " + e.gid.to_string()).c_str() : "");
+    } else {
+      std::printf("#   the verbs transport cannot run here: %s\n",
+                  chosen.status().message().c_str());
+    }
+  }
   if (show_config) {
     std::printf("#\n# configuration (value, source, accepted values)\n");
     for (const auto& row : config.value().describe()) {
       std::printf("%s=%s\n", row.name.c_str(), row.value.c_str());
-      std::printf("#   source: %s; accepts: %s\n#   %s\n", row.source.c_str(),
-                  row.accepted.c_str(), row.doc.c_str());
+      std::printf("#   source: %s; accepts: %s\n#   %s\n", row.source.c_str(), row.accepted.c_str(),
+                  row.doc.c_str());
     }
     for (const auto& name : config.value().unknown_names) {
       std::printf("# warning: unknown variable %s\n", name.c_str());

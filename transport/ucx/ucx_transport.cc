@@ -406,7 +406,7 @@ class UcxTransport final : public Transport {
   void probe_peers();
   // Ring path: pushes `tag` into `peer`'s ring and wakes the peer if it sleeps.
   Status ring_notify(int peer, uint32_t tag);
-  Status ring_room(int peer);  // kOk, kBusy when full, kProtocolError when corrupt
+  Status ring_room(int peer);             // kOk, kBusy when full, kProtocolError when corrupt
   void ring_push(Peer& p, uint32_t tag);  // after ring_room() said ok
   // Tags from the rings into `out`; returns how many.
   size_t drain_rings(std::span<TransportCompletion> out);
@@ -981,8 +981,7 @@ void UcxTransport::on_put_done(void* request, ucs_status_t status, void* user_da
   op->put_request = nullptr;
   if (status != UCS_OK) self->peer_failed(op->peer, status, "a put");
   // Failed or not, UCX is done with the source.
-  self->push(TransportCompletion::Kind::kWriteDone, op->peer, op->header.tag,
-                                 op->cookie);
+  self->push(TransportCompletion::Kind::kWriteDone, op->peer, op->header.tag, op->cookie);
   self->release_part(op);
 }
 
@@ -1148,8 +1147,8 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
         const ucs_status_t st = UCS_PTR_STATUS(r);
         if (st == UCS_ERR_NO_RESOURCE) return Status(StatusCode::kBusy, {});
         peer_failed(peer, st, "a put");
-        return make_status(code_of(st), "ucx: put of %zu bytes to rank %d failed: %s", bytes,
-                           peer, ucs_status_string(st));
+        return make_status(code_of(st), "ucx: put of %zu bytes to rank %d failed: %s", bytes, peer,
+                           ucs_status_string(st));
       }
       if (r != nullptr) ucp_request_free(r);  // flush_peer() waits for it
       EC_RETURN_IF_ERROR(flush_peer(peer));

@@ -1,0 +1,192 @@
+// The verbs transport's choice of device, port and GID (EAGERCOMM_IB_HCA / _IB_PORT /
+// _IB_GID_INDEX) over described devices, and the device listing on this host.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "runtime/config.h"
+#include "transport/verbs/verbs_device.h"
+
+namespace eagercomm::verbs {
+namespace {
+
+Gid gid(std::initializer_list<uint8_t> bytes, bool v2) {
+  Gid g;
+  size_t i = 0;
+  for (uint8_t b : bytes) g.raw[i++] = b;
+  g.roce_v2 = v2;
+  return g;
+}
+Gid link_local(bool v2) { return gid({0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}, v2); }
+Gid ipv4(uint8_t last, bool v2) {
+  return gid({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, last}, v2);
+}
+
+// A RoCE device like a ConnectX on Ethernet: link-local v1/v2, then the IPv4 address v1/v2.
+DeviceInfo roce(const std::string& name, bool active = true) {
+  PortInfo p;
+  p.number = 1;
+  p.active = active;
+  p.link = LinkLayer::kEthernet;
+  p.active_mtu = 1024;
+  p.gids = {link_local(false), link_local(true), ipv4(7, false), ipv4(7, true), Gid{}, Gid{}};
+  return DeviceInfo{name, {p}};
+}
+
+// An InfiniBand HCA with two ports, the second one down.
+DeviceInfo ib(const std::string& name) {
+  PortInfo p1;
+  p1.number = 1;
+  p1.active = true;
+  p1.link = LinkLayer::kInfiniBand;
+  p1.lid = 17;
+  p1.active_mtu = 4096;
+  p1.gids = {link_local(false), Gid{}};
+  PortInfo p2 = p1;
+  p2.number = 2;
+  p2.active = false;
+  p2.lid = 0;
+  return DeviceInfo{name, {p1, p2}};
+}
+
+Config with(std::initializer_list<std::pair<const char*, const char*>> vars) {
+  Config c;
+  for (const auto& [name, value] : vars) EXPECT_TRUE(c.set(name, value).ok()) << name;
+  return c;
+}
+
+TEST(VerbsChoice, NoDeviceSaysWhy) {
+  auto r = choose_endpoint({}, Config{}, "the kernel has no InfiniBand support");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("no RDMA device"), std::string::npos);
+  EXPECT_NE(r.status().message().find("no InfiniBand support"), std::string::npos);
+}
+
+TEST(VerbsChoice, FirstDeviceWithAnActivePortAndItsIpv4RoceV2Gid) {
+  const std::vector<DeviceInfo> devices = {roce("mlx5_0", false), roce("mlx5_1")};
+  auto r = choose_endpoint(devices, Config{});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().device, "mlx5_1");
+  EXPECT_EQ(r.value().port, 1);
+  EXPECT_TRUE(r.value().use_gid);
+  EXPECT_EQ(r.value().gid_index, 3u);  // RoCE v2 + IPv4-mapped beats the link-local ones
+  EXPECT_EQ(r.value().gid.to_string(), "::ffff:198.18.0.7");
+}
+
+TEST(VerbsChoice, RoceWithoutIpv4FallsBackToV2ThenAnyGid) {
+  DeviceInfo d = roce("rxe0");
+  d.ports[0].gids = {link_local(false), link_local(true)};
+  auto r = choose_endpoint(std::vector<DeviceInfo>{d}, Config{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().gid_index, 0u);  // the v2 one is link-local: first non-empty wins
+  d.ports[0].gids = {link_local(false),
+                     gid({0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9}, true)};
+  r = choose_endpoint(std::vector<DeviceInfo>{d}, Config{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().gid_index, 1u);
+  d.ports[0].gids = {Gid{}, Gid{}};
+  r = choose_endpoint(std::vector<DeviceInfo>{d}, Config{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("GID table is empty"), std::string::npos);
+}
+
+TEST(VerbsChoice, InfinibandUsesTheLidAndNoGidUnlessAsked) {
+  const std::vector<DeviceInfo> devices = {ib("mlx5_0")};
+  auto r = choose_endpoint(devices, Config{});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().link, LinkLayer::kInfiniBand);
+  EXPECT_EQ(r.value().lid, 17);
+  EXPECT_FALSE(r.value().use_gid);
+  r = choose_endpoint(devices, with({{"EAGERCOMM_IB_GID_INDEX", "0"}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r.value().use_gid);
+  EXPECT_EQ(r.value().gid_index, 0u);
+}
+
+TEST(VerbsChoice, NamedDeviceThatDoesNotExistListsTheDevices) {
+  const std::vector<DeviceInfo> devices = {ib("mlx5_0"), roce("mlx5_1")};
+  auto r = choose_endpoint(devices, with({{"EAGERCOMM_IB_HCA", "mlx5_9"}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("EAGERCOMM_IB_HCA=mlx5_9"), std::string::npos);
+  EXPECT_NE(r.status().message().find("mlx5_0, mlx5_1"), std::string::npos);
+  r = choose_endpoint(devices, with({{"EAGERCOMM_IB_HCA", "mlx5_1"}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().device, "mlx5_1");
+}
+
+TEST(VerbsChoice, PortThatDoesNotExistOrIsDown) {
+  const std::vector<DeviceInfo> devices = {ib("mlx5_0")};
+  auto r =
+      choose_endpoint(devices, with({{"EAGERCOMM_IB_HCA", "mlx5_0"}, {"EAGERCOMM_IB_PORT", "3"}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("EAGERCOMM_IB_PORT=3"), std::string::npos);
+  EXPECT_NE(r.status().message().find("ports: 1, 2"), std::string::npos);
+  r = choose_endpoint(devices, with({{"EAGERCOMM_IB_HCA", "mlx5_0"}, {"EAGERCOMM_IB_PORT", "2"}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("no active port 2"), std::string::npos);
+  r = choose_endpoint(devices, with({{"EAGERCOMM_IB_PORT", "2"}}));  // no device named
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no device here has an active port 2"), std::string::npos);
+}
+
+TEST(VerbsChoice, GidIndexOutOfRangeOrEmpty) {
+  const std::vector<DeviceInfo> devices = {roce("mlx5_0")};
+  auto r = choose_endpoint(devices, with({{"EAGERCOMM_IB_GID_INDEX", "6"}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("EAGERCOMM_IB_GID_INDEX=6 out of range"), std::string::npos);
+  EXPECT_NE(r.status().message().find("has 6 GIDs"), std::string::npos);
+  r = choose_endpoint(devices, with({{"EAGERCOMM_IB_GID_INDEX", "5"}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("is empty"), std::string::npos);
+  r = choose_endpoint(devices, with({{"EAGERCOMM_IB_GID_INDEX", "2"}}));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().gid_index, 2u);  // asked for: taken even though it is RoCE v1
+}
+
+TEST(VerbsConfig, GidIndexTakesAutoOrAnIndexUpTo255) {
+  Config c;
+  EXPECT_EQ(c.ib_gid_index, Config::kAutoIndex);
+  ASSERT_TRUE(c.set("EAGERCOMM_IB_GID_INDEX", "3").ok());
+  EXPECT_EQ(c.ib_gid_index, 3u);
+  ASSERT_TRUE(c.set("EAGERCOMM_IB_GID_INDEX", "auto").ok());
+  EXPECT_EQ(c.ib_gid_index, Config::kAutoIndex);
+  Status s = c.set("EAGERCOMM_IB_GID_INDEX", "256");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("EAGERCOMM_IB_GID_INDEX='256'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("is not auto or an integer (0..255)"), std::string::npos)
+      << s.message();
+  EXPECT_FALSE(c.set("EAGERCOMM_IB_GID_INDEX", "-1").ok());
+  EXPECT_FALSE(c.set("EAGERCOMM_IB_PORT", "256").ok());
+  bool shown = false;
+  for (const Config::Row& row : Config{}.describe()) {
+    if (row.name == "EAGERCOMM_IB_GID_INDEX") {
+      EXPECT_EQ(row.value, "auto");
+      shown = true;
+    }
+  }
+  EXPECT_TRUE(shown);
+}
+
+// This host: either devices (then each has a name and numbered ports) or a reason for none.
+TEST(VerbsDevices, ListingNamesDevicesOrSaysWhyNone) {
+  const DeviceList list = list_verbs_devices();
+  if (list.devices.empty()) {
+    EXPECT_FALSE(list.reason.empty());
+    std::printf("no RDMA device here: %s\n", list.reason.c_str());
+    auto r = choose_endpoint(list.devices, Config{}, list.reason);
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    return;
+  }
+  for (const DeviceInfo& d : list.devices) {
+    EXPECT_FALSE(d.name.empty());
+    for (const PortInfo& p : d.ports) EXPECT_GE(p.number, 1);
+  }
+}
+
+}  // namespace
+}  // namespace eagercomm::verbs

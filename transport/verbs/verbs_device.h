@@ -1,0 +1,78 @@
+// RDMA devices as the verbs transport sees them, and the choice of device, port and GID.
+//
+// The descriptions are plain data, filled from libibverbs by list_verbs_devices() (and by tests
+// by hand), so the choice (EAGERCOMM_IB_HCA, EAGERCOMM_IB_PORT, EAGERCOMM_IB_GID_INDEX; RoCE and
+// InfiniBand link layers) is unit-tested on machines without RDMA hardware (issue #6).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/config.h"
+#include "runtime/status.h"
+
+namespace eagercomm::verbs {
+
+enum class LinkLayer : uint8_t { kInfiniBand, kEthernet, kUnknown };
+const char* link_layer_name(LinkLayer link);
+
+struct Gid {
+  std::array<uint8_t, 16> raw{};
+  bool roce_v2 = false;  // the GID's type (sysfs gid_attrs/types): RoCE v2 rather than v1 / IB
+
+  bool empty() const;             // all zero: an unused table entry
+  bool ipv4_mapped() const;       // ::ffff:a.b.c.d, the RoCE v2 GID of an IPv4 address
+  bool link_local() const;        // fe80::/10, the default GID every port has
+  std::string to_string() const;  // IPv6 text form, as show_gids prints it
+};
+
+struct PortInfo {
+  uint8_t number = 0;  // from 1
+  bool active = false;
+  LinkLayer link = LinkLayer::kUnknown;
+  uint16_t lid = 0;
+  uint32_t active_mtu = 0;  // bytes
+  std::vector<Gid> gids;    // the whole table, empty entries included (index = position)
+};
+
+struct DeviceInfo {
+  std::string name;  // "mlx5_0"
+  std::vector<PortInfo> ports;
+};
+
+// What list_verbs_devices() found, and why the list is empty when it is.
+struct DeviceList {
+  std::vector<DeviceInfo> devices;
+  std::string reason;  // why there are none (no libibverbs in this build, no kernel support, ...)
+};
+
+// Every RDMA device on this host with its ports and GID tables. Never fails: problems end up in
+// `reason` (no device) or leave a device out (logged at info level).
+DeviceList list_verbs_devices();
+
+// Where the transport will talk from.
+struct Endpoint {
+  std::string device;
+  uint8_t port = 0;
+  LinkLayer link = LinkLayer::kUnknown;
+  uint16_t lid = 0;
+  bool use_gid = false;    // RoCE always; InfiniBand only when a GID index was asked for
+  uint32_t gid_index = 0;  // valid when use_gid
+  Gid gid;                 // valid when use_gid
+};
+
+// Chooses from `devices` by config.ib_hca / ib_port / ib_gid_index:
+//  - device: the named one, else the first that has an active port (and the asked port);
+//  - port: the asked one (it must exist and be active), else the device's first active port;
+//  - GID on Ethernet (RoCE): the asked index (in range, not empty), else the first RoCE v2
+//    IPv4-mapped GID, else the first RoCE v2 one that is not link-local, else the first
+//    non-empty one; on InfiniBand: none unless asked (then checked the same way).
+// Errors name the variable and what exists here: kUnavailable when there is no device or no
+// active port, kInvalidArgument for a device, port or GID index that does not exist.
+Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const Config& config,
+                                 const std::string& why_none = {});
+
+}  // namespace eagercomm::verbs
