@@ -4,7 +4,9 @@
 
 #include <cstdio>
 
+#include "runtime/build_config.h"
 #include "runtime/config.h"
+#include "transport/registry.h"
 #include "transport/verbs/verbs_device.h"
 
 namespace eagercomm::verbs {
@@ -186,6 +188,33 @@ TEST(VerbsDevices, ListingNamesDevicesOrSaysWhyNone) {
     EXPECT_FALSE(d.name.empty());
     for (const PortInfo& p : d.ports) EXPECT_GE(p.number, 1);
   }
+}
+
+// Creating the transport: on a host without an RDMA port it fails with the listing's reason; a
+// device that does not exist is named in the error wherever devices exist.
+TEST(VerbsTransport, CreateSaysWhyItCannotRunHere) {
+  Config config;
+  TransportParams params{0, 2, &config, nullptr, "verbs-test", false};
+  auto t = create_transport("verbs", params);
+  if (!EAGERCOMM_HAVE_VERBS) {
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.status().message().find("not available in this build"), std::string::npos)
+        << t.status().message();
+    return;
+  }
+  const DeviceList list = list_verbs_devices();
+  if (list.devices.empty()) {
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(t.status().message().find("no RDMA device"), std::string::npos)
+        << t.status().message();
+    std::printf("verbs transport not testable here: %s\n", t.status().message().c_str());
+    return;
+  }
+  ASSERT_TRUE(config.set("EAGERCOMM_IB_HCA", "no_such_hca0").ok());
+  t = create_transport("verbs", params);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("EAGERCOMM_IB_HCA=no_such_hca0"), std::string::npos);
 }
 
 }  // namespace

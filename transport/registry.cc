@@ -11,6 +11,10 @@
 #if EAGERCOMM_HAVE_UCX
 #include "transport/ucx/ucx_transport.h"
 #endif
+#if EAGERCOMM_HAVE_VERBS
+#include "transport/verbs/verbs_transport.h"
+#endif
+#include "transport/verbs/verbs_device.h"
 
 namespace eagercomm {
 namespace {
@@ -34,7 +38,12 @@ constexpr Backend kBackends[] = {
 #else
     {"ucx", "UCX UCP one-sided puts (shared memory, TCP, RDMA)", nullptr},
 #endif
+#if EAGERCOMM_HAVE_VERBS
+    {"verbs", "InfiniBand / RoCE RC queue pairs with RDMA_WRITE_WITH_IMM (not yet run on hardware)",
+     &create_verbs_transport},
+#else
     {"verbs", "InfiniBand / RoCE RC queue pairs with RDMA_WRITE_WITH_IMM", nullptr},
+#endif
 };
 
 std::string known_names() {
@@ -66,10 +75,17 @@ std::vector<TransportInfo> list_transports() {
     info.description = b.description;
     info.compiled = b.create != nullptr;
     info.available = info.compiled;
+    const std::string name = b.name;
     if (!info.compiled) {
-      info.reason = std::string(b.name) == "ucx"
-                        ? "built without UCX (install libucx-dev and reconfigure)"
-                        : "not built into this library yet";
+      info.reason = name == "ucx"     ? "built without UCX (install libucx-dev and reconfigure)"
+                    : name == "verbs" ? "built without libibverbs (install libibverbs-dev "
+                                        "librdmacm-dev and reconfigure)"
+                                      : "not built into this library yet";
+    } else if (name == "verbs") {  // usable only where an RDMA port is active
+      const verbs::DeviceList devices = verbs::list_verbs_devices();
+      const auto chosen = verbs::choose_endpoint(devices.devices, Config{}, devices.reason);
+      info.available = chosen.ok();
+      if (!chosen.ok()) info.reason = chosen.status().message();
     }
     out.push_back(std::move(info));
   }

@@ -131,6 +131,7 @@ Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const Conf
   e.port = port->number;
   e.link = port->link;
   e.lid = port->lid;
+  e.mtu = port->active_mtu;
   const bool gid_asked = config.ib_gid_index != Config::kAutoIndex;
   if (gid_asked) {
     if (config.ib_gid_index >= port->gids.size()) {

@@ -59,6 +59,7 @@ struct Endpoint {
   uint8_t port = 0;
   LinkLayer link = LinkLayer::kUnknown;
   uint16_t lid = 0;
+  uint32_t mtu = 0;        // the port's active MTU in bytes
   bool use_gid = false;    // RoCE always; InfiniBand only when a GID index was asked for
   uint32_t gid_index = 0;  // valid when use_gid
   Gid gid;                 // valid when use_gid

@@ -1,0 +1,218 @@
+#include "transport/verbs/verbs_wire.h"
+
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+namespace eagercomm::verbs {
+namespace {
+
+constexpr uint32_t kAddressMagic = 0x45435641;  // "ECVA"
+constexpr uint32_t kKeyMagic = 0x4543564b;      // "ECVK"
+constexpr uint16_t kVersion = 1;
+// The most ranks an address may describe: bounds what a decoder allocates for a peer's blob.
+constexpr uint32_t kMaxRanks = 1u << 20;
+
+uint64_t fnv1a(const uint8_t* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// Little-endian fields appended to a byte vector.
+class Writer {
+ public:
+  template <class T>
+  void put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const size_t at = out_.size();
+    out_.resize(at + sizeof(T));
+    std::memcpy(out_.data() + at, &v, sizeof(T));
+  }
+  void put_bytes(const uint8_t* p, size_t n) { out_.insert(out_.end(), p, p + n); }
+  // Appends the checksum of everything so far.
+  std::vector<uint8_t> finish() {
+    put(fnv1a(out_.data(), out_.size()));
+    return std::move(out_);
+  }
+
+ private:
+  std::vector<uint8_t> out_;
+};
+
+// Reads fields in order; every read is bounds-checked and a short blob fails once, at the end.
+class Reader {
+ public:
+  explicit Reader(std::span<const uint8_t> in) : in_(in) {}
+  template <class T>
+  T get() {
+    T v{};
+    if (in_.size() - at_ < sizeof(T)) {
+      short_ = true;
+      return v;
+    }
+    std::memcpy(&v, in_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  void get_bytes(uint8_t* p, size_t n) {
+    if (in_.size() - at_ < n) {
+      short_ = true;
+      return;
+    }
+    std::memcpy(p, in_.data() + at_, n);
+    at_ += n;
+  }
+  bool short_read() const { return short_; }
+  size_t offset() const { return at_; }
+
+ private:
+  std::span<const uint8_t> in_;
+  size_t at_ = 0;
+  bool short_ = false;
+};
+
+Status bad(const std::string& what, const char* why) {
+  return make_status(StatusCode::kProtocolError, "verbs: %s: %s", what.c_str(), why);
+}
+
+// Checks the checksum in the last 8 bytes against the rest.
+bool checksum_ok(std::span<const uint8_t> blob) {
+  if (blob.size() < 8) return false;
+  uint64_t sum;
+  std::memcpy(&sum, blob.data() + blob.size() - 8, 8);
+  return sum == fnv1a(blob.data(), blob.size() - 8);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_address(const QpAddress& a) {
+  Writer w;
+  w.put(kAddressMagic);
+  w.put(kVersion);
+  w.put(uint16_t{0});
+  w.put(a.rank);
+  w.put(static_cast<uint32_t>(a.qps.size()));
+  w.put(a.instance);
+  w.put(a.link);
+  w.put(a.port);
+  w.put(a.lid);
+  w.put(a.mtu);
+  w.put(static_cast<uint8_t>(a.use_gid));
+  w.put(a.gid_index);
+  w.put(uint16_t{0});
+  w.put_bytes(a.gid.data(), a.gid.size());
+  w.put(a.credit_addr);
+  w.put(a.credit_rkey);
+  for (const QpEntry& q : a.qps) {
+    w.put(q.qpn);
+    w.put(q.psn);
+  }
+  return w.finish();
+}
+
+Result<QpAddress> decode_address(std::span<const uint8_t> blob, int expected_rank, int job_size) {
+  const std::string what = "address of rank " + std::to_string(expected_rank);
+  Reader r(blob);
+  const auto magic = r.get<uint32_t>();
+  const auto version = r.get<uint16_t>();
+  r.get<uint16_t>();
+  if (r.short_read() || magic != kAddressMagic) return bad(what, "not a verbs address");
+  if (version != kVersion) {
+    return make_status(StatusCode::kProtocolError,
+                       "verbs: %s: format version %u, this build speaks %u (mixed eagercomm "
+                       "versions in one job?)",
+                       what.c_str(), version, kVersion);
+  }
+  QpAddress a;
+  a.rank = r.get<int32_t>();
+  const auto count = r.get<uint32_t>();
+  a.instance = r.get<uint64_t>();
+  a.link = r.get<uint8_t>();
+  a.port = r.get<uint8_t>();
+  a.lid = r.get<uint16_t>();
+  a.mtu = r.get<uint32_t>();
+  const auto use_gid = r.get<uint8_t>();
+  a.gid_index = r.get<uint8_t>();
+  r.get<uint16_t>();
+  r.get_bytes(a.gid.data(), a.gid.size());
+  a.credit_addr = r.get<uint64_t>();
+  a.credit_rkey = r.get<uint32_t>();
+  if (r.short_read()) return bad(what, "truncated header");
+  if (count > kMaxRanks || blob.size() != r.offset() + size_t{count} * 8 + 8) {
+    return bad(what, "length does not match its rank count");
+  }
+  if (!checksum_ok(blob)) return bad(what, "checksum mismatch (corrupted in the store?)");
+  if (a.rank != expected_rank) {
+    return make_status(StatusCode::kProtocolError, "verbs: %s names rank %d", what.c_str(), a.rank);
+  }
+  if (static_cast<int64_t>(count) != job_size) {
+    return make_status(StatusCode::kProtocolError,
+                       "verbs: %s describes a job of %u ranks, this job has %d (ranks started "
+                       "with different world sizes?)",
+                       what.c_str(), count, job_size);
+  }
+  if (use_gid > 1 || a.link > 2 || a.port == 0) return bad(what, "impossible port fields");
+  a.use_gid = use_gid == 1;
+  if (a.mtu < 256 || a.mtu > 4096 || (a.mtu & (a.mtu - 1)) != 0) {
+    return bad(what, "MTU is not one of 256, 512, 1024, 2048, 4096");
+  }
+  a.qps.resize(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    a.qps[i].qpn = r.get<uint32_t>();
+    a.qps[i].psn = r.get<uint32_t>();
+    if (a.qps[i].qpn > kMaxQpNumber || a.qps[i].psn > kMaxPsn) {
+      return bad(what, "QP number or PSN wider than 24 bits");
+    }
+  }
+  return a;
+}
+
+std::vector<uint8_t> encode_key(const RegionKey& k) {
+  Writer w;
+  w.put(kKeyMagic);
+  w.put(kVersion);
+  w.put(static_cast<uint8_t>(k.kind));
+  w.put(uint8_t{0});
+  w.put(k.owner);
+  w.put(k.rkey);
+  w.put(k.instance);
+  w.put(k.addr);
+  w.put(k.length);
+  return w.finish();
+}
+
+Result<RegionKey> decode_key(std::span<const uint8_t> blob, int expected_owner,
+                             uint64_t expected_instance) {
+  const std::string what = "remote key from rank " + std::to_string(expected_owner);
+  Reader r(blob);
+  const auto magic = r.get<uint32_t>();
+  const auto version = r.get<uint16_t>();
+  const auto kind = r.get<uint8_t>();
+  r.get<uint8_t>();
+  RegionKey k;
+  k.owner = r.get<int32_t>();
+  k.rkey = r.get<uint32_t>();
+  k.instance = r.get<uint64_t>();
+  k.addr = r.get<uint64_t>();
+  k.length = r.get<uint64_t>();
+  if (r.short_read() || magic != kKeyMagic) return bad(what, "not a verbs remote key");
+  if (version != kVersion) return bad(what, "unknown format version");
+  if (blob.size() != r.offset() + 8) return bad(what, "wrong length");
+  if (!checksum_ok(blob)) return bad(what, "checksum mismatch");
+  if (k.owner != expected_owner) {
+    return make_status(StatusCode::kProtocolError, "verbs: %s was made by rank %d", what.c_str(),
+                       k.owner);
+  }
+  if (k.instance != expected_instance) {
+    return bad(what,
+               "made by another transport instance (a key from an earlier job or "
+               "communicator?)");
+  }
+  if (kind > static_cast<uint8_t>(KeyKind::kCuda)) return bad(what, "unknown memory kind");
+  k.kind = static_cast<KeyKind>(kind);
+  if (k.length == 0 || k.addr + k.length < k.addr) return bad(what, "empty or wrapping range");
+  return k;
+}
+
+}  // namespace eagercomm::verbs
