@@ -18,7 +18,7 @@ fi
 out=$build/demo
 mkdir -p "$out"
 # shellcheck disable=SC2086
-"$build/tools/eagercomm-run" -n 4 "$train" --model cnn --mode sync,solo,majority --epochs 3 \
+"$build/tools/eagercomm-run" -n 4 "$train" --model cnn --mode sync,solo,majority --epochs 6 \
   --train-limit 15000 --test-limit 5000 --batch 32 --lr 0.05 --imbalance 1:40 --log-every 0 \
   --seed 1 --json "$out/train.json" --curve "$out/curve.csv" ${EAGERCOMM_DEMO_ARGS:-}
 # Debian's interpreter, which sees Debian's python3-matplotlib (a pyenv or venv python may not).

@@ -72,7 +72,7 @@ std::string train_usage() {
   --batch B          samples per rank and step [64]
   --lr X             base learning rate [0.05]
   --momentum X       [0.9]           --weight-decay X   [5e-4]
-  --eager-momentum X momentum of solo, majority and quorum [--momentum]
+  --eager-momentum X momentum of solo, majority and quorum [0.7, at most --momentum]
   --warmup N         linear warm-up over N rounds [0]
   --milestones R,..  multiply the rate by --gamma at these rounds []   --gamma X [0.1]
   --sync-every N     every N-th round synchronous [0: never]

@@ -140,8 +140,7 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
   so.lr.warmup_rounds = o.warmup_rounds;
   so.lr.milestones = o.milestones;
   so.lr.gamma = o.gamma;
-  so.momentum =
-      mode.kind == PartialKind::kSync || o.eager_momentum < 0 ? o.momentum : o.eager_momentum;
+  so.momentum = mode.kind == PartialKind::kSync ? o.momentum : o.eager_momentum_in_force();
   so.weight_decay = o.weight_decay;
   EC_ASSIGN_OR_RETURN(
       std::unique_ptr<EagerSgd> opt,
@@ -275,7 +274,7 @@ std::string format_reports(const std::vector<ModeReport>& reports, const TrainOp
                 o.model.c_str(), size, o.epochs, o.batch, o.imbalance_k, o.imbalance_ms);
   out += line;
   std::snprintf(line, sizeof(line), "# lr %g, momentum %g (eager modes %g), weight decay %g\n",
-                o.lr, o.momentum, o.eager_momentum < 0 ? o.momentum : o.eager_momentum,
+                o.lr, o.momentum, o.eager_momentum_in_force(),
                 o.weight_decay);
   out += line;
   std::snprintf(line, sizeof(line), "# %-12s %9s %8s %10s %9s %6s %12s %8s\n", "mode", "time(s)",

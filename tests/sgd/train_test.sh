@@ -41,10 +41,10 @@ if [[ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
 fi
 for mode in sync solo majority quorum:1; do
   "$run" -n 2 "$train" --model cnn --mode "$mode" --epochs 2 --train-limit 2000 \
-    --test-limit 1000 --batch 32 --lr 0.05 --eager-momentum 0.7 --imbalance 1:5 --log-every 0 \
+    --test-limit 1000 --batch 32 --lr 0.05 --imbalance 1:5 --log-every 0 \
     --json "$work/$mode.json" >"$work/$mode.log" 2>&1 || fail "$mode: $(cat "$work/$mode.log")"
   grep -q "momentum 0.9 (eager modes 0.7)" "$work/$mode.log" \
-    || fail "$mode: the header does not show the eager momentum: $(head -3 "$work/$mode.log")"
+    || fail "$mode: the header does not show the default eager momentum: $(head -3 "$work/$mode.log")"
   python3 - "$work/$mode.json" "$mode" <<'PY'
 import json, math, sys
 report = json.load(open(sys.argv[1]))["modes"][0]
@@ -56,4 +56,13 @@ assert loss < 0.9 * math.log(10), f"{sys.argv[2]}: training loss {loss} did not 
 assert report["rounds"] > 0 and 0 < report["fresh_fraction"] <= 1, report
 print(f"ok: {sys.argv[2]}: accuracy {acc:.3f}, loss {loss:.3f}, fresh {report['fresh_fraction']:.2f}")
 PY
+done
+# The eager momentum: the default never exceeds --momentum; an explicit one is taken as given.
+for args in "--momentum 0.5:momentum 0.5 (eager modes 0.5)" \
+  "--momentum 0.95 --eager-momentum 0.6:momentum 0.95 (eager modes 0.6)"; do
+  # shellcheck disable=SC2086
+  "$run" -n 2 "$train" --model cnn --mode solo --epochs 1 --train-limit 256 --test-limit 256 \
+    --batch 32 --log-every 0 ${args%%:*} >"$work/m.log" 2>&1 || fail "${args%%:*}: $(cat "$work/m.log")"
+  grep -qF "${args#*:}" "$work/m.log" || fail "${args%%:*}: header $(grep momentum "$work/m.log")"
+  echo "ok: ${args%%:*} -> ${args#*:}"
 done
