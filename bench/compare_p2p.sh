@@ -31,8 +31,12 @@ perftest_us() {  # mean one-way latency of ucp_put_lat (its "average" column)
 }
 
 eagercomm_us() {  # mean one-way latency of eagercomm-bench --p2p over ucx
-  "$run" -n 2 --transport ucx --no-prefix "$bench" --p2p ${CONSUME:+--consume} -b "$size" -e "$size" -n "$iters" -w 100 \
-    --json - | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["latency_mean_us"])'
+  # The JSON goes to a file and is read afterwards: a reader started on a pipe (python's
+  # start-up, tens of ms of CPU) would run on one of the two cores during the timed loop.
+  "$run" -n 2 --transport ucx --no-prefix "$bench" --p2p ${CONSUME:+--consume} -b "$size" -e "$size" \
+    -n "$iters" -w 100 --json "$tmp/p2p.json" >/dev/null
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rows"][0]["latency_mean_us"])' \
+    "$tmp/p2p.json"
 }
 
 printf "# ucx one-sided write + notification, %s B, %s iterations, %s rounds (mean one-way us)\n" \
