@@ -955,7 +955,7 @@ void UcxTransport::release_part(Op* op) {
 // Field by field into the queue: a completion built on the stack and then copied is a wide load
 // of narrow stores, which x86 cannot forward, so the load waits until those stores commit; in
 // write() they sit behind the store into the peer's ring, which waits for that cache line to
-// arrive. That stall cost ~25 ns of every 8-byte write.
+// arrive (perf showed that load as the hottest instruction of the write path).
 void UcxTransport::push(TransportCompletion::Kind kind, int peer, uint32_t tag, uint64_t cookie) {
   TransportCompletion& c = queue_.emplace_back();
   c.kind = kind;

@@ -171,7 +171,8 @@ class VerbsTransport final : public Transport {
   uint32_t inline_max_ = 0;
   std::vector<Peer> peers_;
   std::unordered_map<uint32_t, int> qp_to_peer_;
-  std::unique_ptr<MemoryRegion> credit_in_;  // one word per sender: receives it posted for us
+  std::unique_ptr<MemoryRegion> credit_in_;   // one word per sender: receives it posted for us
+  std::unique_ptr<MemoryRegion> credit_out_;  // one word per peer: the source of our updates
   std::vector<uint8_t> address_;
   std::vector<SendSlot> slots_;
   std::vector<uint32_t> free_slots_;
@@ -223,6 +224,7 @@ Status VerbsTransport::init(const Config& config) {
   std::random_device entropy;
   instance_ = (uint64_t{entropy()} << 32) | entropy();
   EC_ASSIGN_OR_RETURN(credit_in_, allocate(static_cast<size_t>(size()) * 8, MemoryKind::kHost));
+  EC_ASSIGN_OR_RETURN(credit_out_, allocate(static_cast<size_t>(size()) * 8, MemoryKind::kHost));
   peers_.resize(size());
   verbs::QpAddress a;
   a.rank = rank();
@@ -523,14 +525,19 @@ void VerbsTransport::post_credit(int peer) {
     p.credit_due = true;
     return;
   }
-  uint64_t count = p.returns.posted();
-  ibv_sge sge{reinterpret_cast<uintptr_t>(&count), sizeof(count), 0};
+  // The count goes out from registered memory (inline when the device allows). A newer count
+  // may overwrite a slot whose write is still in flight: counts only grow and each one was
+  // true when written, so the peer may read either.
+  auto* words = static_cast<uint64_t*>(credit_out_->data());
+  words[peer] = p.returns.posted();
+  ibv_sge sge{reinterpret_cast<uintptr_t>(&words[peer]), sizeof(uint64_t),
+              static_cast<const VerbsRegion&>(*credit_out_).lkey()};
   ibv_send_wr wr{};
   wr.wr_id = kCreditWrite | static_cast<uint64_t>(peer);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE;  // no immediate: consumes no receive at the peer
-  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;  // inline: `count` is copied at post
+  wr.send_flags = IBV_SEND_SIGNALED | (inline_max_ >= sizeof(uint64_t) ? IBV_SEND_INLINE : 0);
   wr.wr.rdma.remote_addr = p.credit_addr + static_cast<uint64_t>(rank()) * 8;
   wr.wr.rdma.rkey = p.credit_rkey;
   ibv_send_wr* bad = nullptr;
@@ -668,6 +675,7 @@ void VerbsTransport::close() {
   if (channel_ != nullptr) ibv_destroy_comp_channel(channel_);
   channel_ = nullptr;
   credit_in_.reset();  // regions held by users keep the device context alive themselves
+  credit_out_.reset();
 }
 
 }  // namespace
