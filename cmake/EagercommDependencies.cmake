@@ -160,14 +160,16 @@ function(_eagercomm_find_cuda)
   endif()
   # FindCUDAToolkit searches CUDAToolkit_ROOT, PATH and /usr/local/cuda for nvcc.
   find_package(CUDAToolkit QUIET)
-  if(CUDAToolkit_FOUND AND TARGET CUDA::cudart)
+  if(CUDAToolkit_FOUND AND TARGET CUDA::cudart_static)
     add_library(eagercomm::dep_cuda INTERFACE IMPORTED GLOBAL)
-    target_link_libraries(eagercomm::dep_cuda INTERFACE CUDA::cudart)
+    # Static: the runtime then loads the driver (libcuda.so.1) itself when first used, so the
+    # library starts on machines without a driver, where the CUDA calls report "no driver".
+    target_link_libraries(eagercomm::dep_cuda INTERFACE CUDA::cudart_static)
     _eagercomm_dependency_result(CUDA TRUE
       "CUDA ${CUDAToolkit_VERSION} (nvcc ${CUDAToolkit_NVCC_EXECUTABLE})")
   elseif(CUDAToolkit_FOUND)
     _eagercomm_dependency_result(CUDA FALSE
-      "toolkit at ${CUDAToolkit_BIN_DIR} has no libcudart")
+      "toolkit at ${CUDAToolkit_BIN_DIR} has no static libcudart")
   else()
     _eagercomm_dependency_result(CUDA FALSE
       "no CUDA toolkit (nvcc not in /usr/local/cuda/bin, CUDAToolkit_ROOT or PATH)")

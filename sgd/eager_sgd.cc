@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/gpu.h"
 #include "runtime/log.h"
 
 namespace eagercomm::sgd {
@@ -54,6 +55,14 @@ Result<std::unique_ptr<EagerSgd>> EagerSgd::create(Communicator& comm, float* pa
   } else if (params == grads) {
     local = Status(StatusCode::kInvalidArgument,
                    "eager SGD: parameters and gradients are the same buffer");
+  } else if (Status p = gpu::check_buffer_kind(params, eagercomm::MemoryKind::kHost,
+                                               "eager SGD parameters");
+             !p.ok()) {
+    local = p;  // a GPU tensor's storage passed as host memory
+  } else if (Status g =
+                 gpu::check_buffer_kind(grads, eagercomm::MemoryKind::kHost, "eager SGD gradients");
+             !g.ok()) {
+    local = g;
   } else if (!(options.momentum >= 0 && options.momentum < 1)) {
     local = make_status(StatusCode::kInvalidArgument, "eager SGD: momentum %g is not in [0, 1)",
                         options.momentum);

@@ -8,7 +8,9 @@
 #include "collectives/reduce_kernels.h"
 #include "runtime/build_config.h"
 #include "runtime/config.h"
+#include "runtime/gpu.h"
 #include "transport/registry.h"
+#include "transport/verbs/gpudirect.h"
 #include "transport/verbs/verbs_device.h"
 
 namespace {
@@ -83,6 +85,20 @@ int main(int argc, char** argv) {
       std::printf("#   the verbs transport cannot run here: %s\n",
                   chosen.status().message().c_str());
     }
+  }
+  if (show_transports) {
+    const eagercomm::gpu::Inventory gpus = eagercomm::gpu::query();
+    std::printf("#\n# GPUs (CUDA runtime %d, driver %d)\n", gpus.runtime_version,
+                gpus.driver_version);
+    if (gpus.devices.empty()) std::printf("#   none: %s\n", gpus.reason.c_str());
+    for (const auto& d : gpus.devices) {
+      std::printf("#   %d: %s, sm_%d%d, %.1f GiB, dma-buf %s\n", d.index, d.name.c_str(),
+                  d.cc_major, d.cc_minor, static_cast<double>(d.memory_bytes) / (1 << 30),
+                  d.dmabuf ? "yes" : "no");
+    }
+    const auto gd = eagercomm::verbs::choose_gpudirect(eagercomm::verbs::probe_gpudirect());
+    std::printf("#   GPUDirect RDMA: %s (%s)\n", eagercomm::verbs::gpudirect_method_name(gd.method),
+                gd.why.c_str());
   }
   if (show_config) {
     std::printf("#\n# configuration (value, source, accepted values)\n");

@@ -1,0 +1,100 @@
+// Device-free parts of the GPU paths (issue #6): the GPUDirect method choice, the memory-kind
+// check, and what the GPU queries answer on a machine without a GPU. The kernels themselves are
+// tested on a GPU by tests/gpu/ (tests/gpu/run.sh).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "collectives/cuda/cuda_reduce.h"
+#include "runtime/gpu.h"
+#include "transport/verbs/gpudirect.h"
+
+namespace eagercomm {
+namespace {
+
+using verbs::GpuDirectMethod;
+using verbs::GpuDirectProbe;
+
+TEST(GpuDirect, PrefersDmaBufThenPeerMemoryThenStaging) {
+  GpuDirectProbe p{.gpu = true,
+                   .verbs_dmabuf = true,
+                   .cuda_dmabuf = true,
+                   .peer_memory_module = true,
+                   .rdma_device = true};
+  EXPECT_EQ(verbs::choose_gpudirect(p).method, GpuDirectMethod::kDmaBuf);
+  p.cuda_dmabuf = false;
+  auto c = verbs::choose_gpudirect(p);
+  EXPECT_EQ(c.method, GpuDirectMethod::kPeerMemory);
+  EXPECT_NE(c.why.find("exports no dma-buf"), std::string::npos) << c.why;
+  p.verbs_dmabuf = false;
+  p.cuda_dmabuf = true;
+  c = verbs::choose_gpudirect(p);
+  EXPECT_EQ(c.method, GpuDirectMethod::kPeerMemory);
+  EXPECT_NE(c.why.find("no ibv_reg_dmabuf_mr"), std::string::npos) << c.why;
+  p.peer_memory_module = false;
+  c = verbs::choose_gpudirect(p);
+  EXPECT_EQ(c.method, GpuDirectMethod::kStaging);
+  EXPECT_NE(c.why.find("modprobe nvidia_peermem"), std::string::npos) << c.why;
+}
+
+TEST(GpuDirect, NothingToDoWithoutAGpuOrAnRdmaDevice) {
+  GpuDirectProbe p{.gpu = false,
+                   .verbs_dmabuf = true,
+                   .cuda_dmabuf = true,
+                   .peer_memory_module = true,
+                   .rdma_device = true};
+  auto c = verbs::choose_gpudirect(p);
+  EXPECT_EQ(c.method, GpuDirectMethod::kStaging);
+  EXPECT_NE(c.why.find("no GPU"), std::string::npos);
+  p.gpu = true;
+  p.rdma_device = false;
+  c = verbs::choose_gpudirect(p);
+  EXPECT_EQ(c.method, GpuDirectMethod::kStaging);
+  EXPECT_NE(c.why.find("no RDMA device"), std::string::npos);
+}
+
+TEST(GpuMemoryKind, MismatchesAreNamedBothWays) {
+  EXPECT_TRUE(gpu::check_kind(MemoryKind::kHost, MemoryKind::kHost, "x").ok());
+  EXPECT_TRUE(gpu::check_kind(MemoryKind::kCuda, MemoryKind::kCuda, "x").ok());
+  Status s = gpu::check_kind(MemoryKind::kHost, MemoryKind::kCuda, "eager SGD parameters");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("eager SGD parameters: the buffer is CUDA device memory but was "
+                             "passed as host memory"),
+            std::string::npos)
+      << s.message();
+  s = gpu::check_kind(MemoryKind::kCuda, MemoryKind::kHost, "send buffer");
+  EXPECT_NE(s.message().find("send buffer: the buffer was passed as CUDA memory"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(GpuMemoryKind, HostMemoryIsHostMemory) {
+  std::vector<float> v(16);
+  EXPECT_EQ(gpu::detected_kind(v.data()), MemoryKind::kHost);
+  EXPECT_EQ(gpu::detected_kind(nullptr), MemoryKind::kHost);
+  EXPECT_TRUE(gpu::check_buffer_kind(v.data(), MemoryKind::kHost, "host vector").ok());
+  EXPECT_FALSE(gpu::check_buffer_kind(v.data(), MemoryKind::kCuda, "host vector").ok());
+}
+
+// On this machine: either GPUs (each with a name) or a reason; the kernels refuse to run
+// without one, with a clear error rather than a crash.
+TEST(GpuInventory, ListsGpusOrSaysWhyNone) {
+  const gpu::Inventory inv = gpu::query();
+  if (!inv.devices.empty()) {
+    for (const gpu::Device& d : inv.devices) EXPECT_FALSE(d.name.empty());
+    return;
+  }
+  EXPECT_FALSE(inv.reason.empty());
+  std::printf("no GPU here: %s\n", inv.reason.c_str());
+  std::vector<float> a(4), b(4), out(4);
+  const Status s =
+      cuda::reduce(DataType::kFloat32, ReduceOp::kSum, out.data(), a.data(), b.data(), 4, nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kNotSupported)
+      << s.to_string();
+  std::printf("cuda::reduce without a GPU: %s\n", s.to_string().c_str());
+}
+
+}  // namespace
+}  // namespace eagercomm
