@@ -3,6 +3,7 @@
 #   make demo     build, then the main job: 4 ranks train a Fashion-MNIST CNN in sync, solo and
 #                 majority mode under injected imbalance ($(DEMO_CMD))
 #   make check    default build + all tests, then the TSan and ASan builds + their tests
+#   make fuzz     the libFuzzer targets of tests/fuzz, FUZZ_SECONDS (60) each (clang)
 #   make tsan | asan | install [PREFIX=...] | format | clean
 DEMO_CMD ?= ./sgd/demo.sh build/default
 
@@ -19,7 +20,7 @@ define configure_and_build
 	$(CMAKE) --build --preset $(1) -j $(JOBS)
 endef
 
-.PHONY: all deps build demo check tsan asan install format clean
+.PHONY: all deps build demo check tsan asan fuzz install format clean
 
 all: build
 
@@ -49,6 +50,9 @@ tsan: deps
 asan: deps
 	$(call configure_and_build,asan)
 	$(CTEST) --preset asan
+
+fuzz: deps
+	./tests/fuzz/run.sh
 
 install: build
 	$(CMAKE) --install build/default --prefix $(PREFIX)

@@ -10,7 +10,7 @@ include_guard(GLOBAL)
 set(_ec_sanitize_doc
   "Sanitizer for every target: empty (none), address (ASan+UBSan) or thread (TSan)")
 set(EAGERCOMM_SANITIZE "" CACHE STRING "${_ec_sanitize_doc}")
-set_property(CACHE EAGERCOMM_SANITIZE PROPERTY STRINGS "" address thread)
+set_property(CACHE EAGERCOMM_SANITIZE PROPERTY STRINGS "" address thread fuzzer)
 
 string(TOLOWER "${EAGERCOMM_SANITIZE}" _ec_sanitize)
 if(_ec_sanitize STREQUAL "asan")
@@ -29,9 +29,18 @@ elseif(_ec_sanitize STREQUAL "address")
     -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 elseif(_ec_sanitize STREQUAL "thread")
   set(EAGERCOMM_SANITIZER_FLAGS -fsanitize=thread -fno-omit-frame-pointer)
+elseif(_ec_sanitize STREQUAL "fuzzer")
+  # libFuzzer's coverage instrumentation on everything, ASan + UBSan to catch what it finds; the
+  # fuzz targets themselves link -fsanitize=fuzzer (tests/fuzz/). clang only.
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "EAGERCOMM_SANITIZE=fuzzer needs clang (the `fuzz` preset sets "
+                        "CMAKE_CXX_COMPILER=clang++; apt-get install clang)")
+  endif()
+  set(EAGERCOMM_SANITIZER_FLAGS -fsanitize=fuzzer-no-link,address,undefined
+    -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 else()
   message(FATAL_ERROR
-    "EAGERCOMM_SANITIZE='${EAGERCOMM_SANITIZE}' is not one of: \"\" (none), address, thread.")
+    "EAGERCOMM_SANITIZE='${EAGERCOMM_SANITIZE}' is not one of: \"\" (none), address, thread, fuzzer.")
 endif()
 if(NOT "${EAGERCOMM_SANITIZE}" STREQUAL "${_ec_sanitize}")  # normalised "ASan", "tsan", ...
   set(EAGERCOMM_SANITIZE "${_ec_sanitize}" CACHE STRING "${_ec_sanitize_doc}" FORCE)
