@@ -32,10 +32,15 @@ sw="ecsw-$id"
 hosts=("ech0-$id" "ech1-$id" "ech2-$id")
 tmp=$(mktemp -d)
 pids=()
+ports=()
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
   wait 2>/dev/null
+  # The "hosts" share this machine's /dev/shm, but a killed rank's peers are on other hosts and
+  # never reap its liveness beacon (on real hosts it would sit in that host's /dev/shm; without
+  # eagercomm-run nothing removes it): remove what this run's jobs left.
+  for p in "${ports[@]}"; do rm -f /dev/shm/eagercomm-torchrun-198_18_0_1-"$p"-*; done
   for h in "${hosts[@]}" "$sw"; do ip netns del "$h" 2>/dev/null; done
   rm -rf "$tmp"
 }
@@ -70,6 +75,7 @@ run_job() {
   local i
   pids=()
   port=$((port + 2))
+  ports+=("$port")
   for i in 0 1 2; do
     # unshare --ipc: a host of its own for POSIX shared memory too (and for transport "auto").
     ip netns exec "${hosts[$i]}" unshare --ipc env RANK=$i WORLD_SIZE=3 LOCAL_RANK=0 \

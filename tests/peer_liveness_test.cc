@@ -55,6 +55,17 @@ TEST(PeerLiveness, DeadWhenTheOwnerProcessIsKilled) {
   EXPECT_EQ(watch->check(), LivenessWatch::State::kDead);
   close(ready[0]);
   close(ready[1]);
+  {
+    // A watcher removes the dead owner's name; every watcher, the reaper included, still reads
+    // kDead (not kLeft, which a normal exit gives), and a second reap is harmless.
+    auto other = LivenessWatch::open(name);
+    ASSERT_TRUE(other.ok());
+    EXPECT_TRUE(other->reap());
+    EXPECT_FALSE(LivenessWatch::open(name).ok());  // the name is gone from /dev/shm
+    EXPECT_EQ(other->check(), LivenessWatch::State::kDead);
+    EXPECT_EQ(watch->check(), LivenessWatch::State::kDead);
+    EXPECT_TRUE(other->reap());
+  }
   // The next run with the same name takes the stale object over.
   auto again = LivenessBeacon::create(name);
   ASSERT_TRUE(again.ok()) << again.status().to_string();

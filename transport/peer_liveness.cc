@@ -73,17 +73,37 @@ Result<LivenessWatch> LivenessWatch::open(const std::string& name) {
   }
   LivenessWatch w;
   w.fd_ = fd;
+  w.name_ = name;
   return w;
 }
 
-LivenessWatch::LivenessWatch(LivenessWatch&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+LivenessWatch::LivenessWatch(LivenessWatch&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), name_(std::move(o.name_)) {}
 
 LivenessWatch& LivenessWatch::operator=(LivenessWatch&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) close(fd_);
     fd_ = std::exchange(o.fd_, -1);
+    name_ = std::move(o.name_);
   }
   return *this;
+}
+
+bool LivenessWatch::reap() const {
+  if (check() != State::kDead) return false;
+  // Mark the object dead (size 1) before removing its name: other watchers then still read
+  // kDead from their open descriptors, where an unlinked object of size 0 means kLeft.
+  const int fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return errno == ENOENT;  // another watcher was first
+  const bool marked = ftruncate(fd, 1) == 0;
+  close(fd);
+  if (!marked) {
+    EC_WARN(kMem, "liveness: cannot mark the dead rank's beacon %s: %m", name_.c_str());
+    return false;
+  }
+  if (shm_unlink(name_.c_str()) == 0 || errno == ENOENT) return true;
+  EC_WARN(kMem, "liveness: cannot remove the dead rank's beacon %s: %m", name_.c_str());
+  return false;
 }
 
 LivenessWatch::~LivenessWatch() {
@@ -96,7 +116,10 @@ LivenessWatch::State LivenessWatch::check() const {
   (void)flock(fd_, LOCK_UN);
   struct stat st {};
   if (fstat(fd_, &st) != 0) return State::kAlive;
-  return st.st_nlink == 0 ? State::kLeft : State::kDead;
+  // Unlinked: by its owner (size 0, a normal exit) or by a watcher that found it dead (reap()
+  // marks it with size 1 first).
+  if (st.st_nlink == 0) return st.st_size == 0 ? State::kLeft : State::kDead;
+  return State::kDead;
 }
 
 const char* liveness_state_name(LivenessWatch::State s) {

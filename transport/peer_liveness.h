@@ -9,6 +9,7 @@
 //                                                           exit, announced by other means)
 //   lock free and the name still there           -> kDead  (the kernel dropped the lock when
 //                                                           the process died: SIGKILL, crash)
+//   lock free, unlinked, marked dead (size 1)    -> kDead  (a watcher saw it dead and reaped it)
 // The kernel releases the lock of a dead process, so this needs no heartbeat traffic, cannot
 // be fooled by a reused pid and works across pid namespaces that share /dev/shm. Limitation: a
 // child forked without exec after the beacon was made shares the lock (flock belongs to the
@@ -58,9 +59,16 @@ class LivenessWatch {
   bool valid() const { return fd_ >= 0; }
   // One non-blocking probe (two system calls). A watch that is not valid reports kAlive.
   State check() const;
+  // Removes the beacon's name when its owner is dead (check() says kDead), so that a rank killed
+  // outside eagercomm-run (whose cleanup would remove it) leaves nothing in /dev/shm once a peer
+  // has noticed; the object is marked first, so other watchers still see kDead. Names are never
+  // reused (they carry a random instance), so this cannot remove a live rank's beacon. True when
+  // the name was removed (by this call or another watcher).
+  bool reap() const;
 
  private:
   int fd_ = -1;
+  std::string name_;
 };
 
 const char* liveness_state_name(LivenessWatch::State s);

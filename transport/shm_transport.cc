@@ -406,6 +406,7 @@ class ShmTransport final : public Transport {
       Outbox& o = out_[peer];
       if (peer == rank() || !o.connected || !o.live.valid() || !o.failed.ok()) continue;
       if (o.live.check() != LivenessWatch::State::kDead) continue;
+      o.live.reap();  // nothing left in /dev/shm, launcher or not
       o.failed = make_status(StatusCode::kPeerFailed,
                              "shm: rank %d's process is gone (killed or crashed)", peer);
       EC_ERROR(kNet, "shm: rank %d: rank %d's process is gone (killed or crashed)", rank(), peer);

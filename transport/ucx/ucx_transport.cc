@@ -982,6 +982,7 @@ void UcxTransport::probe_peers() {
   for (Peer& p : peers_) {
     if (!p.live.valid() || p.failed || p.bye_received || !p.ep) continue;
     if (p.live.check() != LivenessWatch::State::kDead) continue;
+    p.live.reap();  // nothing left in /dev/shm, launcher or not
     p.failed = true;
     EC_ERROR(kNet, "ucx: rank %d: rank %d's process is gone (killed or crashed)", rank(), p.rank);
     push(TransportCompletion::Kind::kPeerError, p.rank, 0, 0);
