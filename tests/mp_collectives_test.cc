@@ -351,23 +351,12 @@ void check_partial(const Scenario& s) {
   RankRecord me = run_rank(c.rank(), c, s);
   ASSERT_TRUE(me.error.ok()) << s.mode.name() << ": " << me.error.to_string();
   // Identical replicas: every rank's hash of its result sequence is the same.
-  uint64_t hash = 1469598103934665603ull;
-  for (const Received& x : me.results) {
-    const auto* p = reinterpret_cast<const uint8_t*>(x.data.data());
-    for (size_t i = 0; i < x.data.size() * sizeof(float); ++i)
-      hash = (hash ^ p[i]) * 1099511628211ull;
-    for (int f : x.fresh) hash = (hash ^ static_cast<uint64_t>(f)) * 1099511628211ull;
-    hash = (hash ^ x.round) * 1099511628211ull;
-  }
   std::vector<int64_t> hashes(P);
-  int64_t mine = static_cast<int64_t>(hash);
+  int64_t mine = static_cast<int64_t>(results_hash(me.results));
   ASSERT_TRUE(c.allgather(&mine, hashes.data(), 1, DataType::kInt64).ok());
   for (int q = 1; q < P; ++q) ASSERT_EQ(hashes[q], hashes[0]) << s.mode.name() << " rank " << q;
   // Conservation: results sum to everybody's posts (all integers, exact in f64).
-  std::vector<double> results(s.count, 0.0);
-  for (const Received& x : me.results) {
-    for (size_t j = 0; j < s.count; ++j) results[j] += x.data[j];
-  }
+  const std::vector<double> results = results_sum(me.results, s.count);
   std::vector<double> posted = me.posted;
   ASSERT_TRUE(
       c.allreduce(posted.data(), posted.data(), s.count, DataType::kFloat64, ReduceOp::kSum).ok());

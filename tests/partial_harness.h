@@ -69,6 +69,31 @@ inline Received copy_result(const RoundResult& r, int P) {
   return out;
 }
 
+// A hash of every result a rank received, in order (data, fresh flags, round): equal on every
+// rank exactly when the replicas applied the same rounds.
+inline uint64_t results_hash(const std::vector<Received>& results) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const Received& x : results) {
+    const auto* p = reinterpret_cast<const uint8_t*>(x.data.data());
+    for (size_t i = 0; i < x.data.size() * sizeof(float); ++i) {
+      hash = (hash ^ p[i]) * 1099511628211ull;
+    }
+    for (int f : x.fresh) hash = (hash ^ static_cast<uint64_t>(f)) * 1099511628211ull;
+    hash = (hash ^ x.round) * 1099511628211ull;
+  }
+  return hash;
+}
+
+// The elementwise sum of every result a rank received (integers: exact in f64), which equals
+// the sum of everybody's posts when nothing was lost or counted twice.
+inline std::vector<double> results_sum(const std::vector<Received>& results, size_t count) {
+  std::vector<double> sum(count, 0.0);
+  for (const Received& x : results) {
+    for (size_t j = 0; j < count; ++j) sum[j] += x.data[j];
+  }
+  return sum;
+}
+
 // One rank's part of a scenario: create, run the eager loop, flush, record. Errors are kept in
 // the record (the caller checks them), so that every rank returns.
 inline RankRecord run_rank(int rank, Communicator& comm, const Scenario& s) {

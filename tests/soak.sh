@@ -9,16 +9,21 @@ rounds=${2:-100000}
 run=$build/tools/eagercomm-run
 soak=$build/tests/soak_main
 [[ -x $run && -x $soak ]] || { echo "soak: build $build first" >&2; exit 2; }
-before=$(ls /dev/shm 2>/dev/null | grep "^eagercomm-" | sort || true)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 for mode in solo majority; do
-  "$run" -n 4 --transport shm --no-prefix "$soak" --rounds "$rounds" --mode "$mode" --seed 7 \
-    --max-delay-us 200 --delay-probability 0.3
+  # Rank 0 names the job, so that only this job's segments are looked for afterwards (other
+  # tests may run at the same time).
+  "$run" -n 4 --transport shm --no-prefix sh -c \
+    '[ "$EAGERCOMM_RANK" = 0 ] && echo "JOB=$EAGERCOMM_JOB_ID"; exec "$0" "$@"' "$soak" \
+    --rounds "$rounds" --mode "$mode" --seed 7 --max-delay-us 200 --delay-probability 0.3 \
+    | tee "$out"
+  job=$(sed -n 's/^JOB=//p' "$out")
+  [[ -n $job ]] || { echo "soak: the job did not say its id" >&2; exit 1; }
+  # Nothing left behind in /dev/shm by the job (the launcher removes its segments).
+  if ls /dev/shm 2>/dev/null | grep -q "^eagercomm-$job-"; then
+    echo "soak: segments of job $job left in /dev/shm: $(ls /dev/shm | grep "^eagercomm-$job-")" >&2
+    exit 1
+  fi
 done
-# Nothing left behind in /dev/shm by these jobs (the launcher removes its segments).
-after=$(ls /dev/shm 2>/dev/null | grep "^eagercomm-" | sort || true)
-left=$(comm -13 <(echo "$before") <(echo "$after"))
-if [[ -n $left ]]; then
-  echo "soak: segments left in /dev/shm: $(head -5 <<<"$left")" >&2
-  exit 1
-fi
 echo "soak: PASSED ($rounds rounds per mode)"

@@ -76,26 +76,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "soak_main: rank %d: %s\n", c.rank(), me.error.to_string().c_str());
     return 1;
   }
-  // Identical replicas: a hash of every result (data, fresh flags, round) in order.
-  uint64_t hash = 1469598103934665603ull;
   double fresh = 0;
-  for (const Received& x : me.results) {
-    const auto* p = reinterpret_cast<const uint8_t*>(x.data.data());
-    for (size_t i = 0; i < x.data.size() * sizeof(float); ++i) {
-      hash = (hash ^ p[i]) * 1099511628211ull;
-    }
-    for (int f : x.fresh) hash = (hash ^ static_cast<uint64_t>(f)) * 1099511628211ull;
-    hash = (hash ^ x.round) * 1099511628211ull;
-    fresh += static_cast<double>(x.fresh_count) / P;
-  }
+  for (const Received& x : me.results) fresh += static_cast<double>(x.fresh_count) / P;
   std::vector<int64_t> hashes(P);
-  const int64_t mine = static_cast<int64_t>(hash);
+  const int64_t mine = static_cast<int64_t>(results_hash(me.results));
   Status st = c.allgather(&mine, hashes.data(), 1, DataType::kInt64);
-  // Conservation: the results sum to everybody's posts (integers, exact in f64).
-  std::vector<double> results(s.count, 0.0);
-  for (const Received& x : me.results) {
-    for (size_t j = 0; j < s.count; ++j) results[j] += x.data[j];
-  }
+  // Conservation: the results sum to everybody's posts.
+  const std::vector<double> results = results_sum(me.results, s.count);
   std::vector<double> posted = me.posted;
   if (st.ok()) {
     st = c.allreduce(posted.data(), posted.data(), s.count, DataType::kFloat64, ReduceOp::kSum);

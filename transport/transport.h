@@ -34,6 +34,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <typeinfo>
 #include <vector>
 
 #include "runtime/memory.h"
@@ -83,6 +85,14 @@ struct TransportCompletion {
   uint32_t tag;
   uint64_t cookie;
 };
+
+// `base` as the final class T, or null: a backend's check that a region is one of its own, at the
+// cost of a comparison rather than a dynamic_cast's walk (write() does it twice per call).
+template <typename T, typename Base>
+const T* exactly(const Base& base) {
+  static_assert(std::is_final_v<T>);
+  return typeid(base) == typeid(T) ? static_cast<const T*>(&base) : nullptr;
+}
 
 class Transport {
  public:

@@ -26,6 +26,7 @@
 
 #include "runtime/log.h"
 #include "runtime/unique_fd.h"
+#include "transport/local_completions.h"
 #include "transport/peer_liveness.h"
 #include "transport/shm_ring.h"
 #include "transport/shm_segment.h"
@@ -293,14 +294,6 @@ inline void copy_small(uint8_t* to, const uint8_t* from, size_t n) {
   }
 }
 
-// `base` as the final class T, or null: a type check that costs a comparison, not a
-// dynamic_cast's walk (write() does it twice per call).
-template <typename T, typename Base>
-const T* exactly(const Base& base) {
-  static_assert(std::is_final_v<T>);
-  return typeid(base) == typeid(T) ? static_cast<const T*>(&base) : nullptr;
-}
-
 class UcxRemote final : public RemoteRegion {
  public:
   UcxRemote(std::shared_ptr<UcxCore> core, int peer, size_t size, ucp_rkey_h rkey, uint64_t base,
@@ -414,7 +407,6 @@ class UcxTransport final : public Transport {
   Op* take_op(int peer);
   void release_part(Op* op);
   Status send_note(Op* op, ucp_ep_h ep);
-  void push(TransportCompletion::Kind kind, int peer, uint32_t tag, uint64_t cookie);
   void peer_failed(int peer, ucs_status_t status, const char* what);
   // Every kLivenessInterval: peers on this host whose process died are marked failed.
   void probe_peers();
@@ -425,8 +417,6 @@ class UcxTransport final : public Transport {
   // Tags from the rings into `out`; returns how many.
   size_t drain_rings(std::span<TransportCompletion> out);
   bool rings_maybe_nonempty() const;
-  // Completions queued by callbacks and local writes into `out`; returns how many.
-  size_t take_queued(std::span<TransportCompletion> out);
   // Waits (progressing the worker) until what was put to `peer` is complete at the target.
   Status flush_peer(int peer);
   int claim_wait_slot();
@@ -465,11 +455,10 @@ class UcxTransport final : public Transport {
   const size_t op_count_;
   std::shared_ptr<Op[]> ops_;  // fixed: requests point into it
   std::vector<Op*> free_ops_;
-  std::vector<TransportCompletion> queue_;  // completions not yet polled, in arrival order
-  size_t queue_head_ = 0;
 
   // Shared with wait()/wake() on other threads.
-  std::atomic<size_t> queued_{0};  // queue_.size() - queue_head_
+  // Completions of callbacks and ring writes, not yet polled (any() from wait()).
+  LocalCompletions done_;
   std::atomic<bool> woken_{false};
   std::array<WaitSlot, kWaitSlots> slots_;
 
@@ -583,7 +572,6 @@ Status UcxTransport::init() {
     }
     slot.fd = UniqueFd(fd);
   }
-  queue_.reserve(256);
   EC_INFO(kNet, "ucx: rank %d of %d: worker ready (address %zu bytes, %s, %zu requests max)",
           rank(), size(), worker_bytes, tls_hint().c_str(), op_count_);
   return Status::Ok();
@@ -952,27 +940,13 @@ void UcxTransport::release_part(Op* op) {
   free_ops_.push_back(op);
 }
 
-// Field by field into the queue: a completion built on the stack and then copied is a wide load
-// of narrow stores, which x86 cannot forward, so the load waits until those stores commit; in
-// write() they sit behind the store into the peer's ring, which waits for that cache line to
-// arrive (perf showed that load as the hottest instruction of the write path).
-void UcxTransport::push(TransportCompletion::Kind kind, int peer, uint32_t tag, uint64_t cookie) {
-  TransportCompletion& c = queue_.emplace_back();
-  c.kind = kind;
-  c.peer = peer;
-  c.tag = tag;
-  c.cookie = cookie;
-  // Only the driver changes it (other threads read it in wait()): no read-modify-write.
-  queued_.store(queued_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-}
-
 void UcxTransport::peer_failed(int peer, ucs_status_t status, const char* what) {
   Peer& p = peers_[peer];
   if (p.failed) return;
   p.failed = true;
   EC_ERROR(kNet, "ucx: rank %d: %s to rank %d failed: %s; the peer is treated as lost", rank(),
            what, peer, ucs_status_string(status));
-  push(TransportCompletion::Kind::kPeerError, peer, 0, 0);
+  done_.push(TransportCompletion::Kind::kPeerError, peer, 0, 0);
 }
 
 void UcxTransport::probe_peers() {
@@ -985,7 +959,7 @@ void UcxTransport::probe_peers() {
     p.live.reap();  // nothing left in /dev/shm, launcher or not
     p.failed = true;
     EC_ERROR(kNet, "ucx: rank %d: rank %d's process is gone (killed or crashed)", rank(), p.rank);
-    push(TransportCompletion::Kind::kPeerError, p.rank, 0, 0);
+    done_.push(TransportCompletion::Kind::kPeerError, p.rank, 0, 0);
   }
 }
 
@@ -996,7 +970,7 @@ void UcxTransport::on_put_done(void* request, ucs_status_t status, void* user_da
   op->put_request = nullptr;
   if (status != UCS_OK) self->peer_failed(op->peer, status, "a put");
   // Failed or not, UCX is done with the source.
-  self->push(TransportCompletion::Kind::kWriteDone, op->peer, op->header.tag, op->cookie);
+  self->done_.push(TransportCompletion::Kind::kWriteDone, op->peer, op->header.tag, op->cookie);
   self->release_part(op);
 }
 
@@ -1030,7 +1004,7 @@ ucs_status_t UcxTransport::on_note(void* arg, const void* header, size_t header_
              h.sender);
     return UCS_OK;
   }
-  self->push(TransportCompletion::Kind::kNotify, h.sender, h.tag, 0);
+  self->done_.push(TransportCompletion::Kind::kNotify, h.sender, h.tag, 0);
   return UCS_OK;
 }
 
@@ -1174,7 +1148,7 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
       copy_small(static_cast<uint8_t*>(dst->mapped()) + remote_offset, from, bytes);
     }
     ring_push(p, tag);
-    push(TransportCompletion::Kind::kWriteDone, peer, tag, cookie);
+    done_.push(TransportCompletion::Kind::kWriteDone, peer, tag, cookie);
     return Status::Ok();
   }
   Op* op = take_op(peer);
@@ -1201,13 +1175,13 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
                          ucs_status_string(s));
     }
     if (r == nullptr) {
-      push(TransportCompletion::Kind::kWriteDone, peer, tag, cookie);
+      done_.push(TransportCompletion::Kind::kWriteDone, peer, tag, cookie);
     } else {
       op->put_request = r;
       ++op->parts;
     }
   } else {
-    push(TransportCompletion::Kind::kWriteDone, peer, tag, cookie);
+    done_.push(TransportCompletion::Kind::kWriteDone, peer, tag, cookie);
   }
   // The put must be complete at the target before the notification is processed there.
   const ucs_status_t f = ucp_worker_fence(core_->worker);
@@ -1320,7 +1294,7 @@ size_t UcxTransport::drain_rings(std::span<TransportCompletion> out) {
       c.cookie = 0;
     } else if (!peers_[failed].failed) {
       peers_[failed].failed = true;
-      push(TransportCompletion::Kind::kPeerError, failed, 0, 0);
+      done_.push(TransportCompletion::Kind::kPeerError, failed, 0, 0);
     }
   }
   return n;
@@ -1345,7 +1319,7 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
   // most kRingPollsPerProgress of them.
   if (++ring_polls_ < kRingPollsPerProgress && !progress_due_.load(std::memory_order_relaxed)) {
     fence(std::memory_order_acquire);
-    const size_t n = take_queued(out);
+    const size_t n = done_.drain(out);
     return n + drain_rings(out.subspan(n));
   }
   ring_polls_ = 0;
@@ -1355,10 +1329,9 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
     const unsigned events = ucp_worker_progress(core_->worker);
     progressed += events;
     if (events == 0) break;
-    if (queue_.size() - queue_head_ >= out.size()) break;
+    if (done_.size() >= out.size()) break;
   }
-  if (progressed == 0 && queue_head_ == queue_.size() &&
-      watching_.load(std::memory_order_relaxed)) {
+  if (progressed == 0 && done_.size() == 0 && watching_.load(std::memory_order_relaxed)) {
     // A load and a store, not a read-modify-write (see the shm backend).
     const unsigned idle = idle_polls_.load(std::memory_order_relaxed) + 1;
     idle_polls_.store(idle, std::memory_order_relaxed);
@@ -1388,20 +1361,8 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
   // Pairs with the sender's release fence in notify(): data stored through mapped memory
   // before a notification is visible once the notification is.
   fence(std::memory_order_acquire);
-  const size_t n = take_queued(out);
+  const size_t n = done_.drain(out);
   return n + drain_rings(out.subspan(n));
-}
-
-size_t UcxTransport::take_queued(std::span<TransportCompletion> out) {
-  if (queue_head_ == queue_.size()) return 0;
-  size_t n = 0;
-  while (n < out.size() && queue_head_ < queue_.size()) out[n++] = queue_[queue_head_++];
-  if (queue_head_ == queue_.size()) {
-    queue_.clear();
-    queue_head_ = 0;
-  }
-  if (n > 0) queued_.store(queued_.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
-  return n;
 }
 
 int UcxTransport::claim_wait_slot() {
@@ -1461,8 +1422,7 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
     notify_block_->sleepers.fetch_sub(1, std::memory_order_relaxed);
     done_inner();
   };
-  if (woken_.exchange(false, std::memory_order_seq_cst) ||
-      queued_.load(std::memory_order_acquire) > 0 || rings_maybe_nonempty()) {
+  if (woken_.exchange(false, std::memory_order_seq_cst) || done_.any() || rings_maybe_nonempty()) {
     return done2();
   }
   bool armed = false;
@@ -1480,7 +1440,7 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
     } else {
       EC_WARN(kNet, "ucx: rank %d: arming the worker failed: %s", rank(), ucs_status_string(s));
     }
-    if (queued_.load(std::memory_order_acquire) > 0) return done2();
+    if (done_.any()) return done2();
   }
   // Without an armed worker or an own slot, nap briefly instead of sleeping for the timeout.
   const bool forever =

@@ -19,6 +19,7 @@
 
 #include "runtime/log.h"
 #include "runtime/unique_fd.h"
+#include "transport/local_completions.h"
 #include "transport/verbs/verbs_credits.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_wire.h"
@@ -88,11 +89,6 @@ class VerbsRemote final : public RemoteRegion {
   uint32_t rkey_;
 };
 
-template <class T, class Base>
-const T* exactly(const Base& base) {
-  return typeid(base) == typeid(T) ? static_cast<const T*>(&base) : nullptr;
-}
-
 ibv_mtu mtu_enum(uint32_t bytes) {
   switch (bytes) {
     case 256:
@@ -159,7 +155,6 @@ class VerbsTransport final : public Transport {
   Status post_receive(int peer);
   void post_credit(int peer);
   void fail_peer(int peer, const std::string& why);
-  void push(TransportCompletion::Kind kind, int peer, uint32_t tag, uint64_t cookie);
   uint64_t credit_word(int peer) const;
 
   std::shared_ptr<Core> core_;
@@ -176,7 +171,7 @@ class VerbsTransport final : public Transport {
   std::vector<uint8_t> address_;
   std::vector<SendSlot> slots_;
   std::vector<uint32_t> free_slots_;
-  std::vector<TransportCompletion> queue_;  // completions found outside ibv_poll_cq
+  LocalCompletions errors_;  // peer errors found outside ibv_poll_cq (while posting)
   std::atomic<bool> woken_{false};
   bool closed_ = false;
 };
@@ -550,29 +545,18 @@ void VerbsTransport::post_credit(int peer) {
   ++p.sends;
 }
 
-void VerbsTransport::push(TransportCompletion::Kind kind, int peer, uint32_t tag, uint64_t cookie) {
-  TransportCompletion& c = queue_.emplace_back();
-  c.kind = kind;
-  c.peer = peer;
-  c.tag = tag;
-  c.cookie = cookie;
-}
-
 void VerbsTransport::fail_peer(int peer, const std::string& why) {
   Peer& p = peers_[peer];
   if (p.failed) return;
   p.failed = true;
   EC_ERROR(kNet, "verbs: rank %d lost rank %d: %s", rank(), peer, why.c_str());
-  push(TransportCompletion::Kind::kPeerError, peer, 0, 0);
+  errors_.push(TransportCompletion::Kind::kPeerError, peer, 0, 0);
 }
 
 size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
   if (closed_) return 0;
-  size_t n = 0;
-  // Completions queued earlier first (peer errors found while posting).
-  size_t q = 0;
-  while (n < out.size() && q < queue_.size()) out[n++] = queue_[q++];
-  queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(q));
+  // Peer errors found earlier first.
+  size_t n = errors_.drain(out);
   ibv_wc wc[32];
   while (n < out.size()) {
     const int want = static_cast<int>(std::min<size_t>(32, out.size() - n));
@@ -626,16 +610,12 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
   for (int peer = 0; peer < size(); ++peer) {
     if (peers_[peer].credit_due && !peers_[peer].failed) post_credit(peer);
   }
-  while (n < out.size() && !queue_.empty()) {  // errors found in this poll
-    out[n++] = queue_.front();
-    queue_.erase(queue_.begin());
-  }
-  return n;
+  return n + errors_.drain(out.subspan(n));  // errors found in this poll
 }
 
 void VerbsTransport::wait(std::chrono::nanoseconds timeout) {
   if (woken_.exchange(false, std::memory_order_acq_rel)) return;
-  if (timeout == std::chrono::nanoseconds::zero() || closed_) return;
+  if (timeout == std::chrono::nanoseconds::zero() || closed_ || errors_.any()) return;
   // Arms for the next completion; one that came before the arm raises no event, hence the nap
   // bound (the header explains why wait() cannot look at the CQ itself).
   ibv_req_notify_cq(cq_, 0);
