@@ -126,6 +126,7 @@ constexpr std::string_view kLogLevelNames[] = {"error", "warn", "info", "debug",
 constexpr std::string_view kProgressThreadNames[] = {"auto", "on", "off"};
 constexpr std::string_view kAllreduceAlgoNames[] = {"auto", "rd", "ring", "direct"};
 constexpr std::string_view kBroadcastAlgoNames[] = {"auto", "tree", "chain"};
+constexpr std::string_view kIbConnectNames[] = {"auto", "cm", "store"};
 // Even index: true, odd index: false.
 constexpr std::string_view kBoolNames[] = {"1", "0", "true", "false", "yes", "no", "on", "off"};
 
@@ -163,6 +164,14 @@ constexpr Variable kVariables[] = {
      .doc = "how long a blocking call waits for its peers before failing with a timeout (0: "
             "forever); raise it for slow job start-up, lower it to fail fast",
      .field = field<&Config::timeout>()},
+    {.name = "EAGERCOMM_HEARTBEAT",
+     .kind = Kind::kDuration,
+     .default_text = "1s",
+     .max = 60 * kNsPerSecond,
+     .doc = "how often a rank tells its peers it is alive (at most EAGERCOMM_TIMEOUT/4 apart); "
+            "a peer silent for EAGERCOMM_TIMEOUT is declared hung and every operation fails "
+            "naming it, and timeouts report which ranks had not arrived; 0 turns both off",
+     .field = field<&Config::heartbeat>()},
     {.name = "EAGERCOMM_SPIN",
      .kind = Kind::kDuration,
      .default_text = "100us",
@@ -263,6 +272,15 @@ constexpr Variable kVariables[] = {
             "on Ethernet ports, none on InfiniBand ports",
      .field = field<&Config::ib_gid_index>(),
      .allows_auto = true},
+    {.name = "EAGERCOMM_IB_CONNECT",
+     .kind = Kind::kEnum,
+     .default_text = "auto",
+     .choices = kIbConnectNames,
+     .doc = "how verbs queue pairs are connected: cm uses rdma_cm on the IP address of the "
+            "device (IPoIB / RoCE), store exchanges QP numbers, LID/GID and PSNs through the "
+            "bootstrap store; auto: cm when the device has an IP address and the peer offers "
+            "cm too, else store",
+     .field = field<&Config::ib_connect>()},
     // Where a process stands in its job. eagercomm-run sets these; under mpirun, srun or
     // torchrun their own variables are read instead (these override them when set).
     {.name = "EAGERCOMM_RANK",

@@ -27,8 +27,13 @@ enum class ConfigSource : uint8_t { kDefault, kEnvironment, kOverride };
 enum class ProgressThreadMode : uint8_t { kAuto, kOn, kOff };
 enum class AllreduceAlgo : uint8_t { kAuto, kRecursiveDoubling, kRing, kDirect };
 enum class BroadcastAlgo : uint8_t { kAuto, kTree, kChain };
+// How the verbs transport connects its queue pairs (transport/verbs/verbs_connect.h).
+enum class IbConnectMode : uint8_t { kAuto, kCm, kStore };
 
 // The values in force. Field names mirror the variables (EAGERCOMM_SLOT_BYTES -> slot_bytes).
+// A per-call timeout argument that means "EAGERCOMM_TIMEOUT" (Config::timeout).
+inline constexpr std::chrono::nanoseconds kConfiguredTimeout{-1};
+
 struct Config {
   std::string transport = "auto";        // auto|inproc|shm|ucx|verbs
   LogLevel log_level = LogLevel::kWarn;  // error|warn|info|debug|trace
@@ -36,6 +41,7 @@ struct Config {
   std::string log_file;                  // empty: stderr; %h host, %p pid
   std::chrono::nanoseconds timeout = std::chrono::seconds(300);    // 0: wait forever
   std::chrono::nanoseconds spin = std::chrono::microseconds(100);  // idle poll before blocking
+  std::chrono::nanoseconds heartbeat = std::chrono::seconds(1);    // 0: no heartbeats
   ProgressThreadMode progress_thread = ProgressThreadMode::kAuto;
   size_t slot_bytes = 256 * 1024;  // one mailbox slot, header included
   uint32_t slots = 8;              // mailbox slots per peer pair
@@ -51,6 +57,7 @@ struct Config {
   std::string ib_hca;
   uint32_t ib_port = 0;
   uint32_t ib_gid_index = kAutoIndex;
+  IbConnectMode ib_connect = IbConnectMode::kAuto;  // rdma_cm, or QP numbers via the store
   // Where this process stands in its job (launcher variables; see launch_env.h).
   uint32_t rank = 0;
   uint32_t size = 1;

@@ -3,7 +3,11 @@
 #include "runtime/build_config.h"
 
 #if EAGERCOMM_HAVE_CUDA
+#include <cudaTypedefs.h>  // PFN_ types of driver entry points: a header, nothing is linked
 #include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cstring>
 #endif
 
 namespace eagercomm::gpu {
@@ -114,6 +118,172 @@ Status synchronize() {
   return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaDeviceSynchronize");
 }
 
+Status copy_and_wait(void* dst, const void* src, size_t bytes) {
+  if (const cudaError_t e =
+          cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread);
+      e != cudaSuccess) {
+    return cuda_error(e, "cudaMemcpyAsync");
+  }
+  const cudaError_t e = cudaStreamSynchronize(cudaStreamPerThread);
+  return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaStreamSynchronize");
+}
+
+Status zero(void* p, size_t bytes) {
+  const cudaError_t e = cudaMemset(p, 0, bytes);
+  return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaMemset");
+}
+
+Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes) {
+  void* p = nullptr;
+  if (const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault); e != cudaSuccess) {
+    return cuda_error(e, "cudaHostAlloc");
+  }
+  return PinnedBuffer(p, bytes);
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = o.data_;
+    size_ = o.size_;
+    o.data_ = nullptr;
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
+Result<DmaBuf> export_dmabuf(const void* p, size_t bytes) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+  cudaError_t e = cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 11070,
+                                                   cudaEnableDefault, &found);
+#else
+  cudaError_t e =
+      cudaGetDriverEntryPoint("cuMemGetHandleForAddressRange", &fn, cudaEnableDefault, &found);
+#endif
+  if (e != cudaSuccess)
+    return cuda_error(e, "cudaGetDriverEntryPoint(cuMemGetHandleForAddressRange)");
+  if (found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    return Status(StatusCode::kNotSupported,
+                  "the CUDA driver has no cuMemGetHandleForAddressRange (driver older than 11.7)");
+  }
+  // The exported range must be aligned to the host page size on both ends.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t base = begin & ~(page - 1);
+  const uintptr_t end = (begin + bytes + page - 1) & ~(page - 1);
+  int fd = -1;
+  const CUresult r = reinterpret_cast<PFN_cuMemGetHandleForAddressRange_v11070>(fn)(
+      &fd, static_cast<CUdeviceptr>(base), end - base, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (r != CUDA_SUCCESS) {
+    return make_status(
+        r == CUDA_ERROR_NOT_SUPPORTED ? StatusCode::kNotSupported : StatusCode::kInvalidArgument,
+        "cuMemGetHandleForAddressRange(%zu bytes at %p): CUDA driver error %d", bytes, p,
+        static_cast<int>(r));
+  }
+  return DmaBuf{UniqueFd(fd), begin - base};
+}
+
+Status flush_rdma_writes() {
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+    return cuda_error(e, "cudaGetDevice");
+  }
+  // Devices that order NIC writes for their own work (owner scope) need no flush.
+  int ordering = 0;
+  if (cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, device) ==
+          cudaSuccess &&
+      ordering >= cudaGPUDirectRDMAWritesOrderingOwner) {
+    return Status::Ok();
+  }
+  const cudaError_t e = cudaDeviceFlushGPUDirectRDMAWrites(
+      cudaFlushGPUDirectRDMAWritesTargetCurrentDevice, cudaFlushGPUDirectRDMAWritesToOwner);
+  return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaDeviceFlushGPUDirectRDMAWrites");
+}
+
+Result<AddressRange> address_range(const void* p) {
+  // Only the driver's cuMemGetAddressRange tells; it is reached like the one in export_dmabuf:
+  // through the runtime, without linking libcuda.
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+  cudaError_t e = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020,
+                                                   cudaEnableDefault, &found);
+#else
+  cudaError_t e = cudaGetDriverEntryPoint("cuMemGetAddressRange", &fn, cudaEnableDefault, &found);
+#endif
+  if (e != cudaSuccess) return cuda_error(e, "cudaGetDriverEntryPoint(cuMemGetAddressRange)");
+  if (found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    return Status(StatusCode::kUnavailable, "the CUDA driver has no cuMemGetAddressRange");
+  }
+  CUdeviceptr b = 0;
+  size_t size = 0;
+  if (const CUresult r = reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(fn)(
+          &b, &size, reinterpret_cast<CUdeviceptr>(p));
+      r != CUDA_SUCCESS) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "CUDA: %p is not in a device allocation (driver error %d)", p,
+                       static_cast<int>(r));
+  }
+  return AddressRange{static_cast<uintptr_t>(b), size};
+}
+
+Result<IpcExport> ipc_export(const void* p) {
+  // cudaIpcGetMemHandle names the whole allocation around p; the importer needs p's offset in it.
+  EC_ASSIGN_OR_RETURN(const AddressRange range, address_range(p));
+  const uintptr_t b = range.base;
+  void* base = reinterpret_cast<void*>(b);
+  cudaIpcMemHandle_t h{};
+  if (const cudaError_t err = cudaIpcGetMemHandle(&h, base); err != cudaSuccess) {
+    cudaGetLastError();
+    return make_status(err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver
+                           ? StatusCode::kUnavailable
+                           : StatusCode::kInvalidArgument,
+                       "cudaIpcGetMemHandle(%p): %s (only cudaMalloc'ed memory can be shared "
+                       "between processes)",
+                       p, cudaGetErrorString(err));
+  }
+  IpcExport out;
+  static_assert(sizeof(h) == sizeof(out.handle));
+  std::memcpy(out.handle.data(), &h, sizeof(h));
+  out.offset = reinterpret_cast<uintptr_t>(p) - b;
+  return out;
+}
+
+Result<IpcMapping> IpcMapping::open(const IpcHandle& handle) {
+  cudaIpcMemHandle_t h{};
+  std::memcpy(&h, handle.data(), sizeof(h));
+  void* p = nullptr;
+  if (const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+      e != cudaSuccess) {
+    cudaGetLastError();
+    return make_status(e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver
+                           ? StatusCode::kUnavailable
+                           : StatusCode::kInvalidArgument,
+                       "cudaIpcOpenMemHandle: %s (a handle from another host, or from this "
+                       "process?)",
+                       cudaGetErrorString(e));
+  }
+  return IpcMapping(p);
+}
+
+IpcMapping& IpcMapping::operator=(IpcMapping&& o) noexcept {
+  if (this != &o) {
+    if (base_ != nullptr) cudaIpcCloseMemHandle(base_);
+    base_ = o.base_;
+    o.base_ = nullptr;
+  }
+  return *this;
+}
+
+IpcMapping::~IpcMapping() {
+  if (base_ != nullptr) cudaIpcCloseMemHandle(base_);
+}
+
 #else
 
 bool cuda_built() { return false; }
@@ -132,6 +302,39 @@ Status copy(void*, const void*, size_t) {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
 Status synchronize() { return Status(StatusCode::kUnavailable, "this build has no CUDA"); }
+Status copy_and_wait(void*, const void*, size_t) {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+Result<AddressRange> address_range(const void*) {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+Status zero(void*, size_t) { return Status(StatusCode::kUnavailable, "this build has no CUDA"); }
+Result<PinnedBuffer> PinnedBuffer::allocate(size_t) {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  data_ = o.data_;
+  size_ = o.size_;
+  o.data_ = nullptr;
+  return *this;
+}
+PinnedBuffer::~PinnedBuffer() = default;
+Result<DmaBuf> export_dmabuf(const void*, size_t) {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+Status flush_rdma_writes() { return Status(StatusCode::kUnavailable, "this build has no CUDA"); }
+Result<IpcExport> ipc_export(const void*) {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+Result<IpcMapping> IpcMapping::open(const IpcHandle&) {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+IpcMapping& IpcMapping::operator=(IpcMapping&& o) noexcept {
+  base_ = o.base_;
+  o.base_ = nullptr;
+  return *this;
+}
+IpcMapping::~IpcMapping() = default;
 
 Inventory query() {
   Inventory inv;

@@ -5,12 +5,15 @@
 // Builds without the CUDA toolkit compile the same interface with the same answers.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "runtime/memory.h"
 #include "runtime/status.h"
+#include "runtime/unique_fd.h"
 
 namespace eagercomm::gpu {
 
@@ -67,6 +70,92 @@ class DeviceBuffer {
 Status copy(void* dst, const void* src, size_t bytes);
 // Waits for all work on the current device.
 Status synchronize();
+
+// cudaMemcpy in whichever direction the pointers say, finished when it returns: the bytes are in
+// `dst` for every reader, another thread's or (through CUDA IPC) another process's, which plain
+// cudaMemcpy does not promise (a copy to device memory may still be in flight when it returns).
+// It runs on this thread's default stream and waits for that stream alone, so the work that
+// produced `src` must be finished first (work on the legacy default stream is waited for).
+Status copy_and_wait(void* dst, const void* src, size_t bytes);
+
+// The device allocation that holds `p` (the driver's cuMemGetAddressRange), for bounds checks of
+// registered ranges and of peers' allocations opened through CUDA IPC. kInvalidArgument when `p`
+// is not device memory, kUnavailable without a GPU.
+struct AddressRange {
+  uintptr_t base = 0;
+  size_t bytes = 0;
+};
+Result<AddressRange> address_range(const void* p);
+
+// cudaMemset to zero (device memory).
+Status zero(void* p, size_t bytes);
+
+// Page-locked host memory (cudaHostAlloc), freed when the object goes: the staging buffers of
+// transports that cannot reach GPU memory directly. Move-only.
+class PinnedBuffer {
+ public:
+  // kUnavailable without a GPU (or a CUDA build).
+  static Result<PinnedBuffer> allocate(size_t bytes);
+  PinnedBuffer(PinnedBuffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  PinnedBuffer(void* data, size_t size) : data_(data), size_(size) {}
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// GPUDirect RDMA through dma-buf: a file descriptor for the device pages under [p, p + bytes),
+// from the driver's cuMemGetHandleForAddressRange (reached through cudaGetDriverEntryPoint, so
+// nothing links libcuda). The exported range is page aligned: `offset` is where p lies in it,
+// which is what ibv_reg_dmabuf_mr() takes. kNotSupported when the driver cannot export dma-bufs
+// (older than 11.7 / kernel without dma-buf support), kUnavailable without a GPU.
+struct DmaBuf {
+  UniqueFd fd;
+  uint64_t offset = 0;
+};
+Result<DmaBuf> export_dmabuf(const void* p, size_t bytes);
+
+// Makes writes that a NIC made into this device's memory (GPUDirect RDMA) visible to work the
+// host launches on it from now on: cudaDeviceFlushGPUDirectRDMAWrites, skipped where the device
+// orders such writes for its own work (cudaDevAttrGPUDirectRDMAWritesOrdering). See
+// transport/verbs/verbs_transport.cc for why the verbs transport calls it before delivering a
+// notification.
+Status flush_rdma_writes();
+
+// CUDA IPC: a handle for a cudaMalloc'ed range that another process on the host can open.
+using IpcHandle = std::array<uint8_t, 64>;  // cudaIpcMemHandle_t's bytes
+// `p` must be device memory; the handle names its whole allocation, so `offset` says where `p`
+// is in it. kUnavailable without a GPU, kInvalidArgument for memory CUDA IPC cannot export.
+struct IpcExport {
+  IpcHandle handle{};
+  uint64_t offset = 0;
+};
+Result<IpcExport> ipc_export(const void* p);
+
+// A peer process's device allocation opened with cudaIpcOpenMemHandle; closed when the object
+// goes. Move-only. Within one process (inproc) no handle is needed: pointers are shared.
+class IpcMapping {
+ public:
+  // kUnavailable without a GPU, kInvalidArgument for a handle CUDA refuses (another host's, or
+  // one of this very process: cudaIpcOpenMemHandle refuses those).
+  static Result<IpcMapping> open(const IpcHandle& handle);
+  IpcMapping(IpcMapping&& o) noexcept : base_(o.base_) { o.base_ = nullptr; }
+  IpcMapping& operator=(IpcMapping&& o) noexcept;
+  IpcMapping(const IpcMapping&) = delete;
+  IpcMapping& operator=(const IpcMapping&) = delete;
+  ~IpcMapping();
+  void* base() const { return base_; }
+
+ private:
+  explicit IpcMapping(void* base) : base_(base) {}
+  void* base_ = nullptr;
+};
 
 // detected_kind() then check_kind().
 inline Status check_buffer_kind(const void* p, MemoryKind declared, const char* what) {

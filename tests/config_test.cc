@@ -58,6 +58,7 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_LOG_SUBSYS", "all"},
       {"EAGERCOMM_LOG_FILE", ""},
       {"EAGERCOMM_TIMEOUT", "300s"},
+      {"EAGERCOMM_HEARTBEAT", "1s"},
       {"EAGERCOMM_SPIN", "100us"},
       {"EAGERCOMM_PROGRESS_THREAD", "auto"},
       {"EAGERCOMM_SLOT_BYTES", "256KiB"},
@@ -72,6 +73,7 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_IB_HCA", ""},
       {"EAGERCOMM_IB_PORT", "0"},
       {"EAGERCOMM_IB_GID_INDEX", "auto"},
+      {"EAGERCOMM_IB_CONNECT", "auto"},
       {"EAGERCOMM_RANK", "0"},
       {"EAGERCOMM_SIZE", "1"},
       {"EAGERCOMM_LOCAL_RANK", "0"},
@@ -118,6 +120,7 @@ TEST(ConfigTable, AcceptedTexts) {
   EXPECT_EQ(accepted["EAGERCOMM_CHAIN_MIN_BYTES"], "size");
   EXPECT_EQ(accepted["EAGERCOMM_SPIN"], "duration (0..1s)");
   EXPECT_EQ(accepted["EAGERCOMM_TIMEOUT"], "duration");
+  EXPECT_EQ(accepted["EAGERCOMM_HEARTBEAT"], "duration (0..60s)");
   EXPECT_EQ(accepted["EAGERCOMM_SLOTS"], "integer (2..64)");
   EXPECT_NE(
       accepted["EAGERCOMM_LOG_SUBSYS"].find("init,net,coll,partial,sgd,mem,engine,boot,bench"),
@@ -233,6 +236,10 @@ TEST(ConfigLoad, DurationsWithRange) {
   EXPECT_EQ(load_ok({{"EAGERCOMM_SPIN", "0"}}).spin, nanoseconds(0));
   EXPECT_EQ(load_ok({{"EAGERCOMM_SPIN", "1s"}}).spin, seconds(1));
   EXPECT_EQ(load_ok({{"EAGERCOMM_SPIN", "500ns"}}).spin, nanoseconds(500));
+  EXPECT_EQ(load_ok({{"EAGERCOMM_HEARTBEAT", "0"}}).heartbeat, nanoseconds(0));
+  EXPECT_EQ(load_ok({{"EAGERCOMM_HEARTBEAT", "250ms"}}).heartbeat, milliseconds(250));
+  EXPECT_NE(load_error("EAGERCOMM_HEARTBEAT", "2m").find("EAGERCOMM_HEARTBEAT='2m'"),
+            std::string::npos);
 
   EXPECT_EQ(load_error("EAGERCOMM_SPIN", "1001ms"),
             "EAGERCOMM_SPIN='1001ms' is not a duration (0..1s): out of range");
@@ -341,7 +348,7 @@ TEST(ConfigSources, DefaultEnvironmentOverride) {
   EXPECT_EQ(sources["EAGERCOMM_TIMEOUT"], "override");
   EXPECT_EQ(sources["EAGERCOMM_SLOTS"], "override");
   EXPECT_EQ(sources["EAGERCOMM_SPIN"], "default");
-  EXPECT_EQ(load_ok({{"EAGERCOMM_SPIN", "1ms"}}).describe()[5].source, "environment");
+  EXPECT_EQ(load_ok({{"EAGERCOMM_SPIN", "1ms"}}).describe()[6].source, "environment");
 }
 
 TEST(ConfigSet, BadValueLeavesValueAndSourceAlone) {

@@ -54,6 +54,54 @@ TEST(GpuDirect, NothingToDoWithoutAGpuOrAnRdmaDevice) {
   EXPECT_NE(c.why.find("no RDMA device"), std::string::npos);
 }
 
+TEST(GpuDirect, FailedMethodsAreSkippedAndStagingNamesEveryReason) {
+  const GpuDirectProbe all{.gpu = true,
+                           .verbs_dmabuf = true,
+                           .cuda_dmabuf = true,
+                           .peer_memory_module = true,
+                           .rdma_device = true};
+  std::vector<verbs::GpuDirectFailure> failed = {
+      {GpuDirectMethod::kDmaBuf, "ibv_reg_dmabuf_mr: Operation not supported"}};
+  auto c = verbs::choose_gpudirect(all, failed);
+  EXPECT_EQ(c.method, GpuDirectMethod::kPeerMemory);
+  EXPECT_NE(c.why.find("ibv_reg_dmabuf_mr failed (ibv_reg_dmabuf_mr: Operation not supported)"),
+            std::string::npos)
+      << c.why;
+  failed.push_back({GpuDirectMethod::kPeerMemory, "ibv_reg_mr: Bad address"});
+  c = verbs::choose_gpudirect(all, failed);
+  EXPECT_EQ(c.method, GpuDirectMethod::kStaging);
+  EXPECT_NE(c.why.find("Operation not supported"), std::string::npos) << c.why;
+  EXPECT_NE(c.why.find("peer-memory module failed (ibv_reg_mr: Bad address)"), std::string::npos)
+      << c.why;
+  const std::string line = verbs::gpudirect_log_line(c);
+  EXPECT_EQ(line.rfind("verbs: GPU memory is staged through pinned host memory: no GPUDirect", 0),
+            0u)
+      << line;
+  // Only the peer-memory path failed: dma-buf is still first.
+  c = verbs::choose_gpudirect(all, std::span(failed).subspan(1));
+  EXPECT_EQ(c.method, GpuDirectMethod::kDmaBuf);
+  EXPECT_EQ(verbs::gpudirect_log_line(c),
+            "verbs: GPU memory is registered by dma-buf (ibv_reg_dmabuf_mr): libibverbs and the "
+            "GPU driver both support dma-buf");
+}
+
+// The GPU helpers the transports use, on a machine without a GPU: clear errors, no crash.
+TEST(GpuHelpers, WithoutAGpuEveryCallSaysSo) {
+  if (!gpu::query().devices.empty()) GTEST_SKIP() << "a GPU is present: tests/gpu/ covers these";
+  std::vector<uint8_t> host(4096);
+  const auto unavailable = [](const Status& s, const char* what) {
+    EXPECT_FALSE(s.ok()) << what;
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << what << ": " << s.to_string();
+    std::printf("%s without a GPU: %s\n", what, s.to_string().c_str());
+  };
+  unavailable(gpu::export_dmabuf(host.data(), host.size()).status(), "export_dmabuf");
+  unavailable(gpu::PinnedBuffer::allocate(4096).status(), "PinnedBuffer::allocate");
+  unavailable(gpu::ipc_export(host.data()).status(), "ipc_export");
+  unavailable(gpu::IpcMapping::open(gpu::IpcHandle{}).status(), "IpcMapping::open");
+  unavailable(gpu::flush_rdma_writes(), "flush_rdma_writes");
+  unavailable(gpu::zero(host.data(), 16), "zero");
+}
+
 TEST(GpuMemoryKind, MismatchesAreNamedBothWays) {
   EXPECT_TRUE(gpu::check_kind(MemoryKind::kHost, MemoryKind::kHost, "x").ok());
   EXPECT_TRUE(gpu::check_kind(MemoryKind::kCuda, MemoryKind::kCuda, "x").ok());

@@ -1,17 +1,36 @@
 // The inproc backend against the transport contract: registration and keys, one-sided writes
 // with notifications delivered after the data and in per-pair order, back-pressure, blocking
-// wait and wake, bad keys and kinds. Plus the registration cache on top of it.
+// wait and wake, bad keys and kinds, and what CUDA memory gets without a GPU (tests/gpu_ipc_test.cc
+// moves data between device buffers where there is one). Plus the registration cache on top of it.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstring>
+#include <string>
 #include <thread>
 
+#include "runtime/gpu.h"
 #include "tests/transport_pair.h"
 #include "transport/registration_cache.h"
 
 namespace eagercomm::test {
 namespace {
+
+// The error for MemoryKind::kCuda where CUDA cannot work: kNotSupported in a build without CUDA,
+// kUnavailable without a GPU, both naming why and the call.
+void expect_no_cuda(const Status& s, const std::string& call) {
+  EXPECT_NE(s.message().find(call), std::string::npos) << s.to_string();
+  if (!gpu::cuda_built()) {
+    EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();
+    EXPECT_NE(s.message().find("needs a build with CUDA"), std::string::npos) << s.to_string();
+  } else {
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+    EXPECT_NE(s.message().find("needs a GPU"), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find(gpu::query().reason), std::string::npos) << s.to_string();
+  }
+}
+
+bool have_gpu() { return !gpu::query().devices.empty(); }
 
 std::vector<TransportCompletion> drain(Transport& t) {
   std::vector<TransportCompletion> out;
@@ -145,10 +164,17 @@ TEST(InprocTransport, BadKeysKindsAndBoundsAreErrors) {
   forged[8] ^= 0xff;  // fabric id
   EXPECT_EQ(tp[0].import_region(1, forged).status().code(), StatusCode::kProtocolError);
   EXPECT_EQ(tp[0].import_region(7, key).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(tp[0].allocate(64, MemoryKind::kCuda).status().code(), StatusCode::kNotSupported);
-  int x = 0;
-  EXPECT_EQ(tp[0].register_memory(&x, sizeof(x), MemoryKind::kCuda).status().code(),
-            StatusCode::kNotSupported);
+  std::vector<uint8_t> other_version = key;
+  other_version[32] = 1;  // version 1: keys without a memory kind
+  auto s = tp[0].import_region(1, other_version).status();
+  EXPECT_EQ(s.code(), StatusCode::kProtocolError);
+  EXPECT_NE(s.message().find("version 1"), std::string::npos) << s.to_string();
+  // A host region's key that claims device memory (and so would be read as such).
+  std::vector<uint8_t> other_kind = key;
+  other_kind[33] = static_cast<uint8_t>(MemoryKind::kCuda);
+  s = tp[0].import_region(1, other_kind).status();
+  EXPECT_EQ(s.code(), StatusCode::kProtocolError);
+  EXPECT_NE(s.message().find("is host memory"), std::string::npos) << s.to_string();
   EXPECT_EQ(tp[0].register_memory(nullptr, 8, MemoryKind::kHost).status().code(),
             StatusCode::kInvalidArgument);
   auto remote = tp[0].import_region(1, key).value();
@@ -156,6 +182,24 @@ TEST(InprocTransport, BadKeysKindsAndBoundsAreErrors) {
   EXPECT_EQ(tp[0].write(*src, 0, *remote, 100, 64, 1, 1).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(tp[0].write(*src, 32, *remote, 0, 64, 1, 1).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(tp[0].notify(3, 1).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(InprocTransport, CudaMemoryWithoutAGpuIsAClearError) {
+  if (have_gpu()) GTEST_SKIP() << "a GPU is present: gpu_ipc_test moves device data instead";
+  Transports tp(2);
+  expect_no_cuda(tp[0].allocate(64, MemoryKind::kCuda).status(), "inproc: allocate");
+  int x = 0;
+  expect_no_cuda(tp[0].register_memory(&x, sizeof(x), MemoryKind::kCuda).status(),
+                 "inproc: register_memory");
+  // The transport keeps working for host memory.
+  auto region = tp[1].allocate(64, MemoryKind::kHost);
+  ASSERT_TRUE(region.ok());
+  auto remote = tp[0].import_region(1, region.value()->remote_key());
+  ASSERT_TRUE(remote.ok());
+  EXPECT_NE(tp[0].mapped_address(*remote.value()), nullptr);
+  auto bad_kind = tp[0].allocate(64, static_cast<MemoryKind>(9)).status();
+  EXPECT_EQ(bad_kind.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_kind.message().find("unknown memory kind 9"), std::string::npos);
 }
 
 TEST(InprocTransport, RemoteMemoryOutlivesItsOwner) {
@@ -191,7 +235,7 @@ TEST(RegistrationCache, HitsCoveringRangesAndEvictsLeastRecentlyUsed) {
   EXPECT_EQ(ra.value(), ra2.value());
   EXPECT_EQ(cache.hits(), 1u);
   ASSERT_TRUE(cache.get(b.data(), b.size(), MemoryKind::kHost).ok());
-  ASSERT_TRUE(cache.get(a.data(), 1, MemoryKind::kHost).ok());  // a is now most recent
+  ASSERT_TRUE(cache.get(a.data(), 1, MemoryKind::kHost).ok());         // a is now most recent
   ASSERT_TRUE(cache.get(c.data(), c.size(), MemoryKind::kHost).ok());  // evicts b
   EXPECT_EQ(cache.size(), 2u);
   const uint64_t misses = cache.misses();
@@ -206,7 +250,10 @@ TEST(RegistrationCache, HitsCoveringRangesAndEvictsLeastRecentlyUsed) {
   const uint64_t before = cache.misses();
   ASSERT_TRUE(cache.get(b.data(), 5, MemoryKind::kHost).ok());
   EXPECT_EQ(cache.misses(), before + 1) << "an invalidated range must be registered again";
-  EXPECT_EQ(cache.get(a.data(), 4, MemoryKind::kCuda).status().code(), StatusCode::kNotSupported);
+  // A failed registration (host memory passed as CUDA memory) is reported, not cached.
+  const size_t cached = cache.size();
+  EXPECT_FALSE(cache.get(a.data(), 4, MemoryKind::kCuda).ok());
+  EXPECT_EQ(cache.size(), cached);
 }
 
 }  // namespace

@@ -30,7 +30,9 @@
 
 #include "runtime/config.h"
 #include "runtime/file_store.h"
+#include "runtime/gpu.h"
 #include "runtime/store.h"
+#include "transport/cuda_ipc_key.h"
 #include "transport/mailbox.h"
 #include "transport/registry.h"
 #include "transport/shm_segment.h"
@@ -835,19 +837,60 @@ TEST(ShmTransport, BadKindsAndRegistrationAreClearErrors) {
   LocalPair lp;
   Transport& t = *lp.t[0];
   EXPECT_EQ(t.name(), "shm");
-  expect_error(t.allocate(64, MemoryKind::kCuda).status(), StatusCode::kNotSupported, "cuda");
   int x = 0;
   expect_error(t.register_memory(&x, sizeof(x), MemoryKind::kHost).status(),
                StatusCode::kNotSupported, "allocate()");
-  expect_error(t.register_memory(&x, sizeof(x), MemoryKind::kCuda).status(),
-               StatusCode::kNotSupported, "cuda");
   expect_error(t.register_memory(nullptr, 8, MemoryKind::kHost).status(),
                StatusCode::kInvalidArgument, "null");
+  expect_error(t.register_memory(nullptr, 8, MemoryKind::kCuda).status(),
+               StatusCode::kInvalidArgument, "null");
+  expect_error(t.allocate(64, static_cast<MemoryKind>(9)).status(), StatusCode::kInvalidArgument,
+               "unknown memory kind 9");
   expect_error(t.allocate(uint64_t{1} << 50, MemoryKind::kHost).status(),
                StatusCode::kInvalidArgument, "at most");
   auto empty = t.allocate(0, MemoryKind::kHost);
   ASSERT_TRUE(empty.ok()) << empty.status().to_string();
   EXPECT_EQ(empty.value()->size(), 0u);
+}
+
+// Where CUDA cannot work, kCuda is refused naming why: kNotSupported in a build without CUDA,
+// kUnavailable without a GPU. Device keys are still parsed and checked first (tests/gpu_ipc_test.cc
+// has the device-free key tests and, with a GPU, moves device data through this transport).
+TEST(ShmTransport, CudaMemoryWithoutAGpuIsAClearError) {
+  if (!gpu::query().devices.empty()) {
+    GTEST_SKIP() << "a GPU is present: gpu_ipc_test moves device data instead";
+  }
+  LocalPair lp;
+  Transport& t = *lp.t[0];
+  const StatusCode code = gpu::cuda_built() ? StatusCode::kUnavailable : StatusCode::kNotSupported;
+  const std::string why = gpu::cuda_built() ? "needs a GPU" : "needs a build with CUDA";
+  expect_error(t.allocate(64, MemoryKind::kCuda).status(), code, why);
+  expect_error(t.allocate(64, MemoryKind::kCuda).status(), code, "shm: allocate");
+  int x = 0;
+  expect_error(t.register_memory(&x, sizeof(x), MemoryKind::kCuda).status(), code, why);
+  if (gpu::cuda_built()) {
+    expect_error(t.allocate(64, MemoryKind::kCuda).status(), code, gpu::query().reason);
+  }
+  // A well-formed device key from rank 1 gets the same answer on import; a malformed one is
+  // refused for what is wrong with it, GPU or not.
+  CudaIpcKey key;
+  key.owner = 1;
+  key.bytes = 4096;
+  key.process = cuda_ipc_process_token() + 1;  // another process: the IPC path
+  expect_error(t.import_region(1, key.pack()).status(), code, why);
+  key.process = cuda_ipc_process_token();  // this process: the pointer path
+  expect_error(t.import_region(1, key.pack()).status(), code, why);
+  expect_error(t.import_region(0, key.pack()).status(), StatusCode::kProtocolError,
+               "belongs to rank 1");
+  std::vector<uint8_t> host_kind = key.pack();
+  host_kind[5] = static_cast<uint8_t>(MemoryKind::kHost);
+  expect_error(t.import_region(1, host_kind).status(), StatusCode::kProtocolError, "not cuda");
+  // The transport keeps working for host memory.
+  auto region = lp.t[1]->allocate(64, MemoryKind::kHost);
+  ASSERT_TRUE(region.ok());
+  auto remote = t.import_region(1, region.value()->remote_key());
+  ASSERT_TRUE(remote.ok()) << remote.status().to_string();
+  EXPECT_NE(t.mapped_address(*remote.value()), nullptr);
 }
 
 TEST(ShmTransport, BadKeysAreClearErrors) {

@@ -82,6 +82,80 @@ TEST(VerbsWire, AddressFromTheWrongRankOrJobSizeOrWithImpossibleFields) {
   EXPECT_FALSE(decode_address(encode_address(a), 0, 2).ok());
 }
 
+QpAddress with_cm(QpAddress a) {
+  a.offers_cm = true;
+  a.cm_family = 4;
+  a.cm_ip = {10, 0, 0, 7};
+  a.cm_port = 18515;
+  return a;
+}
+
+TEST(VerbsWire, RdmaCmEndpointRoundTripsAndIsChecked) {
+  auto d = decode_address(encode_address(with_cm(sample_address(1, 2))), 1, 2);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_TRUE(d.value().offers_cm);
+  EXPECT_EQ(d.value().cm_family, 4);
+  EXPECT_EQ(d.value().cm_port, 18515);
+  EXPECT_EQ(d.value().cm_ip[3], 7);
+  d = decode_address(encode_address(sample_address(1, 2)), 1, 2);
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d.value().offers_cm);
+
+  const auto refused = [](const QpAddress& a, const char* why) {
+    auto r = decode_address(encode_address(a), a.rank, static_cast<int>(a.qps.size()));
+    ASSERT_FALSE(r.ok()) << why;
+    EXPECT_EQ(r.status().code(), StatusCode::kProtocolError);
+    EXPECT_NE(r.status().message().find("rdma_cm"), std::string::npos) << r.status().message();
+  };
+  QpAddress a = with_cm(sample_address(0, 2));
+  a.cm_port = 0;
+  refused(a, "port 0");
+  a = with_cm(sample_address(0, 2));
+  a.cm_family = 5;
+  refused(a, "family 5");
+  a = with_cm(sample_address(0, 2));
+  a.cm_ip[9] = 1;  // bytes past an IPv4 address
+  refused(a, "IPv4 with trailing bytes");
+  a = sample_address(0, 2);
+  a.cm_port = 80;  // endpoint fields without the flag
+  refused(a, "fields without the flag");
+
+  const std::vector<uint8_t> blob = encode_address(with_cm(sample_address(1, 3)));
+  for (size_t n = 0; n < blob.size(); ++n) {
+    EXPECT_FALSE(decode_address(std::span(blob).first(n), 1, 3).ok()) << n;
+  }
+}
+
+TEST(VerbsWire, HelloRoundTripsWithCmPaddingAndIsChecked) {
+  const std::vector<uint8_t> blob = encode_hello({3, 1, 0x42});
+  ASSERT_EQ(blob.size(), kCmHelloBytes);
+  auto h = decode_hello(blob, 1, 4);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  EXPECT_EQ(h.value().from, 3);
+  EXPECT_EQ(h.value().instance, 0x42u);
+  // The CM pads private data with zeros to 56 bytes.
+  std::vector<uint8_t> padded = blob;
+  padded.resize(56, 0);
+  EXPECT_TRUE(decode_hello(padded, 1, 4).ok());
+  padded[50] = 1;
+  EXPECT_NE(decode_hello(padded, 1, 4).status().message().find("after the hello"),
+            std::string::npos);
+  for (size_t n = 0; n < blob.size(); ++n) {
+    EXPECT_FALSE(decode_hello(std::span(blob).first(n), 1, 4).ok()) << n;
+  }
+  for (size_t i = 0; i < blob.size(); ++i) {
+    std::vector<uint8_t> bad = blob;
+    bad[i] ^= 0x10;
+    EXPECT_FALSE(decode_hello(bad, 1, 4).ok()) << "accepted a flip at byte " << i;
+  }
+  EXPECT_NE(decode_hello(blob, 2, 4).status().message().find("addressed to rank 1"),
+            std::string::npos);
+  EXPECT_NE(decode_hello(blob, 1, 3).status().message().find("not another rank"),
+            std::string::npos);
+  EXPECT_FALSE(decode_hello(encode_hello({1, 1, 0}), 1, 4).ok());  // from itself
+  EXPECT_FALSE(decode_hello(encode_key({1, 2, 3, 4, 5, KeyKind::kHost}), 1, 4).ok());
+}
+
 TEST(VerbsWire, KeyRoundTripsAndIsChecked) {
   RegionKey k{3, 42, 0x10000, 4096, 0x55, KeyKind::kCuda};
   auto d = decode_key(encode_key(k), 3, 42);

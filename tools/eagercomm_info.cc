@@ -11,6 +11,8 @@
 #include "runtime/gpu.h"
 #include "transport/registry.h"
 #include "transport/verbs/gpudirect.h"
+#include "transport/verbs/verbs_cm_address.h"
+#include "transport/verbs/verbs_connect.h"
 #include "transport/verbs/verbs_device.h"
 
 namespace {
@@ -81,6 +83,17 @@ int main(int argc, char** argv) {
       std::printf("#   the verbs transport would use %s port %u%s%s\n", e.device.c_str(), e.port,
                   e.use_gid ? ", GID " : "",
                   e.use_gid ? (std::to_string(e.gid_index) + " " + e.gid.to_string()).c_str() : "");
+      // How its queue pairs would connect (EAGERCOMM_IB_CONNECT, verbs_connect.h).
+      const verbs::CmAddress ip = verbs::find_cm_address(e.device, e.port);
+      const auto cm = verbs::offers_cm(config.value().ib_connect, ip.found, ip.why_none);
+      std::printf("#   connection set-up: %s\n", !cm.ok()     ? cm.status().message().c_str()
+                                                 : cm.value() ? ("rdma_cm on " + ip.to_string() +
+                                                                 " (store where a peer offers "
+                                                                 "no rdma_cm)")
+                                                                    .c_str()
+                                                 : ip.found
+                                                     ? "store (EAGERCOMM_IB_CONNECT=store)"
+                                                     : ("store (" + ip.why_none + ")").c_str());
     } else {
       std::printf("#   the verbs transport cannot run here: %s\n",
                   chosen.status().message().c_str());

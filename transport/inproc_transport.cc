@@ -7,17 +7,19 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "runtime/bounded_queue.h"
 #include "runtime/event_count.h"
+#include "runtime/gpu.h"
 #include "runtime/log.h"
+#include "transport/cuda_ipc_region.h"
+#include "transport/inproc_key.h"
 #include "transport/local_completions.h"
 
 namespace eagercomm {
 namespace {
-
-constexpr uint32_t kKeyMagic = 0x50494345;  // "ECIP"
 
 struct Note {
   int32_t peer;
@@ -25,22 +27,17 @@ struct Note {
 };
 
 // Memory reachable by every rank of the fabric. Anonymous mmap keeps untouched pages
-// uncommitted, so large mailboxes of peers that never talk cost address space only.
+// uncommitted, so large mailboxes of peers that never talk cost address space only. Device
+// memory is reachable too: the ranks share one address space, so no CUDA IPC handle is needed.
 struct Block {
   void* data = nullptr;
   size_t size = 0;
-  bool owned = false;
+  bool owned = false;  // mmap'ed by allocate(kHost)
+  MemoryKind kind = MemoryKind::kHost;
+  std::optional<gpu::DeviceBuffer> device;  // allocate(kCuda)'s memory, freed with the block
   ~Block() {
     if (owned && data) munmap(data, size);
   }
-};
-
-struct PackedKey {
-  uint32_t magic;
-  int32_t owner;
-  uint64_t fabric_id;
-  uint64_t block_id;
-  uint64_t size;
 };
 
 // Per-rank receive side, owned by the fabric so that it outlives the endpoint.
@@ -104,9 +101,10 @@ class InprocRegion final : public MemoryRegion {
         fabric_(std::move(fabric)),
         block_(std::move(block)),
         bid_(bid) {
-    PackedKey key{kKeyMagic, owner, fabric_->id(), bid, block_->size};
-    remote_key_.resize(sizeof(key));
-    std::memcpy(remote_key_.data(), &key, sizeof(key));
+    // The key (inproc_key.h); `kind` must agree with the block it names, so a host key never
+    // reaches device memory as if it were host memory, nor the reverse.
+    remote_key_ =
+        InprocKey{owner, fabric_->id(), bid, block_->size, static_cast<uint8_t>(kind)}.pack();
   }
   ~InprocRegion() override { fabric_->remove_block(bid_); }
 
@@ -121,6 +119,7 @@ class InprocRemote final : public RemoteRegion {
   InprocRemote(int peer, std::shared_ptr<Block> block)
       : RemoteRegion(peer, block->size), block_(std::move(block)) {}
   uint8_t* base() const { return static_cast<uint8_t*>(block_->data); }
+  MemoryKind kind() const { return block_->kind; }
 
  private:
   std::shared_ptr<Block> block_;
@@ -134,10 +133,23 @@ class InprocTransport final : public Transport {
   std::string_view name() const override { return "inproc"; }
 
   Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes, MemoryKind kind) override {
-    EC_RETURN_IF_ERROR(check_kind(kind));
+    EC_RETURN_IF_ERROR(check_kind(kind, "allocate"));
     auto block = std::make_shared<Block>();
     block->size = bytes;
-    if (bytes > 0) {
+    block->kind = kind;
+    if (kind == MemoryKind::kCuda) {
+      if (bytes > 0) {
+        Result<gpu::DeviceBuffer> device = allocate_device_zeroed(bytes);
+        if (!device.ok()) {
+          Status s = device.status();
+          s.prepend("inproc: allocate(" + std::to_string(bytes) + ", cuda): ");
+          return s;
+        }
+        block->device.emplace(std::move(device).value());
+        block->data = block->device->data();
+      }
+      cuda_used_ = true;
+    } else if (bytes > 0) {
       void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) {
         EC_ERROR(kMem, "inproc: mmap of %zu bytes failed: %m", bytes);
@@ -153,14 +165,24 @@ class InprocTransport final : public Transport {
 
   Result<std::unique_ptr<MemoryRegion>> register_memory(void* data, size_t bytes,
                                                         MemoryKind kind) override {
-    EC_RETURN_IF_ERROR(check_kind(kind));
+    EC_RETURN_IF_ERROR(check_kind(kind, "register_memory"));
     if (data == nullptr && bytes > 0) {
       return make_status(StatusCode::kInvalidArgument,
                          "inproc: cannot register a null pointer with %zu bytes", bytes);
     }
+    if (kind == MemoryKind::kCuda && bytes > 0) {
+      EC_RETURN_IF_ERROR(check_device_range(data, bytes, "inproc: register_memory"));
+      cuda_used_ = true;
+    } else if (kind == MemoryKind::kHost && cuda_used_ && bytes > 0) {
+      // A device pointer passed as host memory would fault in memcpy. Asked only once this
+      // transport has device memory: the query initializes CUDA, which host-only programs on a
+      // GPU machine should not pay for.
+      EC_RETURN_IF_ERROR(gpu::check_buffer_kind(data, kind, "inproc: register_memory"));
+    }
     auto block = std::make_shared<Block>();
     block->data = data;
     block->size = bytes;
+    block->kind = kind;
     const uint64_t bid = fabric_->add_block(block);
     return std::unique_ptr<MemoryRegion>(
         std::make_unique<InprocRegion>(fabric_, std::move(block), bid, rank(), kind));
@@ -169,43 +191,27 @@ class InprocTransport final : public Transport {
   Result<std::unique_ptr<RemoteRegion>> import_region(int peer,
                                                       std::span<const uint8_t> key) override {
     EC_RETURN_IF_ERROR(check_peer(peer));
-    PackedKey k;
-    if (key.size() != sizeof(k)) {
-      return make_status(StatusCode::kProtocolError,
-                         "inproc: remote key from rank %d has %zu bytes, expected %zu", peer,
-                         key.size(), sizeof(k));
-    }
-    std::memcpy(&k, key.data(), sizeof(k));
-    if (k.magic != kKeyMagic || k.fabric_id != fabric_->id() || k.owner != peer) {
-      return make_status(StatusCode::kProtocolError,
-                         "inproc: remote key from rank %d is not an inproc key of this fabric",
-                         peer);
-    }
+    EC_ASSIGN_OR_RETURN(const InprocKey k, InprocKey::unpack(key, peer, fabric_->id()));
     std::shared_ptr<Block> block = fabric_->find_block(k.block_id);
     if (!block || block->size != k.size) {
       return make_status(StatusCode::kProtocolError,
                          "inproc: remote key from rank %d names a region that does not exist",
                          peer);
     }
+    if (k.kind != static_cast<uint8_t>(block->kind)) {
+      return make_status(StatusCode::kProtocolError,
+                         "inproc: remote key from rank %d says memory kind %u, but the region it "
+                         "names is %s memory",
+                         peer, k.kind, std::string(memory_kind_name(block->kind)).c_str());
+    }
     return std::unique_ptr<RemoteRegion>(std::make_unique<InprocRemote>(peer, std::move(block)));
   }
 
-  std::vector<uint8_t> local_address() const override {
-    std::vector<uint8_t> a(sizeof(int32_t));
-    const int32_t r = rank();
-    std::memcpy(a.data(), &r, sizeof(r));
-    return a;
-  }
+  std::vector<uint8_t> local_address() const override { return inproc_address(rank()); }
 
   Status connect(int peer, std::span<const uint8_t> address) override {
     EC_RETURN_IF_ERROR(check_peer(peer));
-    int32_t r = -1;
-    if (address.size() == sizeof(r)) std::memcpy(&r, address.data(), sizeof(r));
-    if (r != peer) {
-      return make_status(StatusCode::kProtocolError, "inproc: bad address blob for rank %d",
-                         peer);
-    }
-    return Status::Ok();
+    return inproc_check_address(address, peer);
   }
 
   Status write(const MemoryRegion& local, size_t local_offset, const RemoteRegion& remote,
@@ -220,13 +226,19 @@ class InprocTransport final : public Transport {
                          remote.size());
     }
     if (!has_room(remote.peer())) return Status(StatusCode::kBusy, {});
-    if (bytes > 0) {
-      std::memcpy(dst.base() + remote_offset, static_cast<const uint8_t*>(local.data()) + local_offset,
-                  bytes);
+    // Device memory on either side: cudaMemcpy (the pointer is valid here as it is).
+    if (const Status copied = copy_for_write(
+            dst.base() + remote_offset, dst.kind(),
+            static_cast<const uint8_t*>(local.data()) + local_offset, local.kind(), bytes);
+        !copied.ok()) {
+      Status s = copied;
+      s.prepend("inproc: write of " + std::to_string(bytes) + " bytes to rank " +
+                std::to_string(remote.peer()) + ": ");
+      return s;
     }
     EC_RETURN_IF_ERROR(deliver(remote.peer(), tag));
-    done_.push(TransportCompletion{TransportCompletion::Kind::kWriteDone, remote.peer(), tag,
-                                   cookie});
+    done_.push(
+        TransportCompletion{TransportCompletion::Kind::kWriteDone, remote.peer(), tag, cookie});
     return Status::Ok();
   }
 
@@ -235,10 +247,14 @@ class InprocTransport final : public Transport {
     return deliver(peer, tag);
   }
 
+  // Null for device memory: callers load and store through this pointer, which the CPU cannot
+  // do on device memory; they use write() instead.
   void* mapped_address(const RemoteRegion& remote) override {
-    return static_cast<const InprocRemote&>(remote).base();
+    const auto& r = static_cast<const InprocRemote&>(remote);
+    return r.kind() == MemoryKind::kHost ? r.base() : nullptr;
   }
 
+  // True for host regions only (mapped_address() above).
   bool maps_peer_memory() const override { return true; }
 
   size_t poll(std::span<TransportCompletion> out) override {
@@ -267,11 +283,14 @@ class InprocTransport final : public Transport {
   }
 
  private:
-  Status check_kind(MemoryKind kind) const {
+  Status check_kind(MemoryKind kind, const char* call) const {
     if (kind == MemoryKind::kHost) return Status::Ok();
-    return make_status(StatusCode::kNotSupported,
-                       "inproc: memory kind %s is not supported by this build (host only)",
-                       std::string(memory_kind_name(kind)).c_str());
+    if (kind != MemoryKind::kCuda) {
+      return make_status(StatusCode::kInvalidArgument, "inproc: %s: unknown memory kind %u", call,
+                         static_cast<unsigned>(kind));
+    }
+    const std::string who = std::string("inproc: ") + call;
+    return cuda_memory_available(who.c_str());
   }
   Status check_peer(int peer) const {
     if (peer >= 0 && peer < size()) return Status::Ok();
@@ -291,7 +310,8 @@ class InprocTransport final : public Transport {
 
   std::shared_ptr<Fabric> fabric_;
   Mailroom& room_;
-  LocalCompletions done_;  // local write completions not yet polled
+  LocalCompletions done_;   // local write completions not yet polled
+  bool cuda_used_ = false;  // this transport holds device memory (so CUDA is initialized)
 };
 
 }  // namespace
@@ -304,7 +324,8 @@ Result<std::unique_ptr<Transport>> create_inproc_transport(const TransportParams
   // Enough room for every peer's full mailbox of data and credits plus control traffic, so
   // kBusy only shows up under abuse.
   size_t capacity = 64;
-  while (capacity < static_cast<size_t>(params.size) * params.config->slots * 4 + 256) capacity *= 2;
+  while (capacity < static_cast<size_t>(params.size) * params.config->slots * 4 + 256)
+    capacity *= 2;
 
   std::shared_ptr<Fabric> fabric;
   if (params.rank == 0) {
@@ -314,17 +335,14 @@ Result<std::unique_ptr<Transport>> create_inproc_transport(const TransportParams
       fabric = std::make_shared<Fabric>(d.next_id++, params.size, capacity);
       d.fabrics[fabric->id()] = fabric;
     }
-    const std::string value = std::to_string(getpid()) + ":" + std::to_string(fabric->id());
+    const std::string value = inproc_fabric_record({getpid(), fabric->id()});
     EC_RETURN_IF_ERROR(params.store->set(key, to_bytes(value)));
   } else {
     EC_ASSIGN_OR_RETURN(Bytes raw, params.store->get(key, params.config->timeout));
     const std::string value = to_string(raw);
-    long pid = 0;
-    unsigned long long id = 0;
-    if (sscanf(value.c_str(), "%ld:%llu", &pid, &id) != 2) {
-      return make_status(StatusCode::kProtocolError, "inproc: bad fabric record '%s'",
-                         value.c_str());
-    }
+    EC_ASSIGN_OR_RETURN(const InprocFabricRecord record, inproc_parse_fabric_record(value));
+    const long pid = record.pid;
+    const unsigned long long id = record.fabric_id;
     if (pid != getpid()) {
       return make_status(StatusCode::kUnavailable,
                          "inproc: rank 0 runs in process %ld, this rank in %ld; the inproc "

@@ -9,6 +9,13 @@
 // creates it and publishes its id through the bootstrap store; the others look it up in this
 // process. Memory a rank allocated stays alive while any peer still holds an imported region of
 // it, so a late write into a destroyed rank's mailbox never touches freed memory.
+//
+// CUDA memory (allocate / register_memory with MemoryKind::kCuda, when this process has a GPU):
+// the ranks share one address space, so a peer's device pointer is used as it is (no CUDA IPC);
+// write() copies with cudaMemcpy, finished before the notification, whenever either side is
+// device memory. mapped_address() is null for device regions (the CPU cannot load or store
+// there), so maps_peer_memory() holds for host regions only. Without a GPU, kCuda is
+// kUnavailable (kNotSupported in builds without CUDA), naming why.
 #pragma once
 
 #include <memory>

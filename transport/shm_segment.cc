@@ -13,14 +13,13 @@
 #include <cstring>
 
 #include "runtime/log.h"
+#include "transport/shm_segment_header.h"
 
 namespace eagercomm {
 namespace {
 
 constexpr uint32_t kKeyMagic = 0x48534345;  // "ECSH"
 constexpr uint16_t kKeyVersion = 1;
-constexpr uint64_t kHeaderMagic = 0x314d48534d4f4345ull;  // "ECOMSHM1"
-constexpr uint32_t kHeaderVersion = 1;
 constexpr size_t kPage = 4096;
 
 // The fixed part of a packed key; the name's bytes follow.
@@ -34,18 +33,6 @@ struct PackedKeyHead {
   uint64_t check;
 };
 static_assert(sizeof(PackedKeyHead) == 32);
-
-// First bytes of every segment. Written once by the creator before its key is published.
-struct SegmentHeader {
-  uint64_t magic;
-  uint32_t version;
-  uint32_t kind;
-  int32_t owner;
-  uint32_t reserved;
-  uint64_t bytes;
-  uint64_t check;
-};
-static_assert(sizeof(SegmentHeader) <= kShmHeaderBytes);
 
 bool name_char_ok(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -208,11 +195,12 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name, 
   if (p == MAP_FAILED) return fail(StatusCode::kNoMemory, "cannot map", errno);
   close(fd);
   auto* base = static_cast<uint8_t*>(p);
-  const SegmentHeader header{kHeaderMagic, kHeaderVersion,  static_cast<uint32_t>(kind), owner, 0,
-                             bytes,        shm_random_u64()};
-  std::memcpy(base, &header, sizeof(header));
+  // The first bytes of the segment (shm_segment_header.h), written before its key is published.
+  const ShmKey made{name, bytes, owner, kind, shm_random_u64()};
+  const auto header = shm_segment_header(made);
+  std::memcpy(base, header.data(), header.size());
   return std::unique_ptr<ShmSegment>(
-      new ShmSegment(name, base, map_bytes, bytes, owner, kind, header.check));
+      new ShmSegment(name, base, map_bytes, bytes, owner, kind, made.check));
 }
 
 Result<std::unique_ptr<ShmSegment>> ShmSegment::open(const ShmKey& key, const char* what) {
@@ -259,16 +247,10 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::open(const ShmKey& key, const ch
                        strerror(map_err));
   }
   auto* base = static_cast<uint8_t*>(p);
-  SegmentHeader header;
-  std::memcpy(&header, base, sizeof(header));
-  if (header.magic != kHeaderMagic || header.version != kHeaderVersion ||
-      header.kind != static_cast<uint32_t>(key.kind) || header.owner != key.owner ||
-      header.bytes != key.bytes || header.check != key.check) {
+  if (Status s = shm_check_segment_header(std::span(base, kShmSegmentHeaderBytes), key, what);
+      !s.ok()) {
     munmap(p, map_bytes);
-    return make_status(StatusCode::kProtocolError,
-                       "shm: segment %s does not match %s (owner, size, kind or check value "
-                       "differ: a stale segment of an earlier run, or a bad key)",
-                       key.name.c_str(), what);
+    return s;
   }
   return std::unique_ptr<ShmSegment>(
       new ShmSegment(key.name, base, map_bytes, key.bytes, key.owner, key.kind, key.check));

@@ -11,6 +11,8 @@
 
 #include "runtime/event_count.h"
 #include "runtime/log.h"
+#include "transport/cuda_ipc_key.h"
+#include "transport/cuda_ipc_region.h"
 #include "transport/local_completions.h"
 #include "transport/peer_liveness.h"
 #include "transport/shm_ring.h"
@@ -96,6 +98,10 @@ class ShmTransport final : public Transport {
 
   Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes, MemoryKind kind) override {
     EC_RETURN_IF_ERROR(check_kind(kind, "allocate"));
+    if (kind == MemoryKind::kCuda) {
+      EC_RETURN_IF_ERROR(cuda_memory_available("shm: allocate"));
+      return CudaIpcRegion::allocate(bytes, rank());
+    }
     const std::string name = shm_segment_name(job_, scope_, rank(), next_segment_++);
     EC_ASSIGN_OR_RETURN(std::unique_ptr<ShmSegment> segment,
                         ShmSegment::create(name, bytes, rank(), ShmSegmentKind::kData));
@@ -111,6 +117,11 @@ class ShmTransport final : public Transport {
       return make_status(StatusCode::kInvalidArgument,
                          "shm: cannot register a null pointer with %zu bytes", bytes);
     }
+    // Device memory, unlike host memory, can be shared after the fact: by a CUDA IPC handle.
+    if (kind == MemoryKind::kCuda) {
+      EC_RETURN_IF_ERROR(cuda_memory_available("shm: register_memory"));
+      return CudaIpcRegion::wrap(data, bytes, rank());
+    }
     return make_status(StatusCode::kNotSupported,
                        "shm: register_memory(%p, %zu): memory of one process cannot be shared "
                        "with the other processes after the fact; use allocate() for memory peers "
@@ -122,12 +133,14 @@ class ShmTransport final : public Transport {
                                                       std::span<const uint8_t> blob) override {
     EC_RETURN_IF_ERROR(check_peer(peer, "import_region"));
     const std::string what = "remote key from rank " + std::to_string(peer);
+    if (CudaIpcKey::claims(blob)) return import_cuda_region(peer, blob, what);
     EC_ASSIGN_OR_RETURN(ShmKey key, ShmKey::unpack(blob, what.c_str()));
     if (key.kind != ShmSegmentKind::kData) {
       return make_status(StatusCode::kProtocolError,
                          "shm: %s is a transport address, not a region key", what.c_str());
     }
-    EC_RETURN_IF_ERROR(check_owner(key, peer, what));
+    EC_RETURN_IF_ERROR(check_owner(key.owner, peer, what));
+    EC_RETURN_IF_ERROR(check_segment_name(key, peer, what));
     std::lock_guard<std::mutex> lock(import_mu_);
     std::erase_if(imports_, [](const auto& entry) { return entry.second.expired(); });
     const auto id = std::make_pair(key.name, key.check);
@@ -152,7 +165,8 @@ class ShmTransport final : public Transport {
       return make_status(StatusCode::kProtocolError,
                          "shm: %s is a region key, not a transport address", what.c_str());
     }
-    EC_RETURN_IF_ERROR(check_owner(key, peer, what));
+    EC_RETURN_IF_ERROR(check_owner(key.owner, peer, what));
+    EC_RETURN_IF_ERROR(check_segment_name(key, peer, what));
     // This rank's own entry is connected from the start (its ring in its own segment).
     Outbox& out = out_[peer];
     if (out.connected) {
@@ -205,8 +219,15 @@ class ShmTransport final : public Transport {
 
   Status write(const MemoryRegion& local, size_t local_offset, const RemoteRegion& remote,
                size_t remote_offset, size_t bytes, uint32_t tag, uint64_t cookie) override {
-    const auto* dst = dynamic_cast<const ShmRemote*>(&remote);
-    if (dst == nullptr || dst->transport_id() != id_) {
+    uint8_t* to = nullptr;
+    MemoryKind to_kind = MemoryKind::kHost;
+    if (const auto* host = exactly<ShmRemote>(remote); host && host->transport_id() == id_) {
+      to = host->base();
+    } else if (const auto* device = exactly<CudaIpcRemote>(remote);
+               device && device->transport_id() == id_) {
+      to = device->address();
+      to_kind = MemoryKind::kCuda;
+    } else {
       return make_status(StatusCode::kInvalidArgument,
                          "shm: write to a remote region that this transport did not import");
     }
@@ -221,8 +242,15 @@ class ShmTransport final : public Transport {
     const int peer = remote.peer();
     EC_RETURN_IF_ERROR(check_room(peer));
     if (bytes > 0) {
-      std::memcpy(dst->base() + remote_offset,
-                  static_cast<const uint8_t*>(local.data()) + local_offset, bytes);
+      const Status copied = copy_for_write(to + remote_offset, to_kind,
+                                           static_cast<const uint8_t*>(local.data()) + local_offset,
+                                           local.kind(), bytes);
+      if (!copied.ok()) {
+        Status s = copied;
+        s.prepend("shm: write of " + std::to_string(bytes) + " bytes to rank " +
+                  std::to_string(peer) + ": ");
+        return s;
+      }
     }
     push(peer, tag);
     done_.push(TransportCompletion{TransportCompletion::Kind::kWriteDone, peer, tag, cookie});
@@ -236,8 +264,9 @@ class ShmTransport final : public Transport {
     return Status::Ok();
   }
 
+  // Device regions (CudaIpcRemote) are not mapped memory: null, and callers use write().
   void* mapped_address(const RemoteRegion& remote) override {
-    const auto* r = dynamic_cast<const ShmRemote*>(&remote);
+    const auto* r = exactly<ShmRemote>(remote);
     return r != nullptr && r->transport_id() == id_ ? r->base() : nullptr;
   }
 
@@ -340,10 +369,16 @@ class ShmTransport final : public Transport {
   }
 
   Status check_kind(MemoryKind kind, const char* call) const {
-    if (kind == MemoryKind::kHost) return Status::Ok();
-    return make_status(StatusCode::kNotSupported,
-                       "shm: %s: memory kind %s is not supported (host memory only)", call,
-                       std::string(memory_kind_name(kind)).c_str());
+    if (kind == MemoryKind::kHost || kind == MemoryKind::kCuda) return Status::Ok();
+    return make_status(StatusCode::kInvalidArgument, "shm: %s: unknown memory kind %u", call,
+                       static_cast<unsigned>(kind));
+  }
+
+  Result<std::unique_ptr<RemoteRegion>> import_cuda_region(int peer, std::span<const uint8_t> blob,
+                                                           const std::string& what) {
+    EC_ASSIGN_OR_RETURN(const CudaIpcKey key, CudaIpcKey::unpack(blob, what.c_str()));
+    EC_RETURN_IF_ERROR(check_owner(key.owner, peer, what));
+    return CudaIpcRemote::import(peer, key, id_, what.c_str());
   }
 
   Status check_peer(int peer, const char* call) const {
@@ -352,13 +387,15 @@ class ShmTransport final : public Transport {
                        call, peer, size());
   }
 
+  Status check_owner(int32_t owner, int peer, const std::string& what) const {
+    if (owner == peer) return Status::Ok();
+    return make_status(StatusCode::kProtocolError, "shm: %s belongs to rank %d", what.c_str(),
+                       owner);
+  }
+
   // A key may only name a segment of `peer` in this job and scope: a forged key must not make
   // this rank map (and write into) other jobs' memory.
-  Status check_owner(const ShmKey& key, int peer, const std::string& what) const {
-    if (key.owner != peer) {
-      return make_status(StatusCode::kProtocolError, "shm: %s belongs to rank %d", what.c_str(),
-                         key.owner);
-    }
+  Status check_segment_name(const ShmKey& key, int peer, const std::string& what) const {
     const std::string expected = prefix_ + std::to_string(peer) + "-";
     if (key.name.compare(0, expected.size(), expected) != 0) {
       return make_status(StatusCode::kProtocolError,

@@ -8,19 +8,24 @@
 //   allocate(bytes, kHost)  a new zero-filled segment; its remote key names it, and
 //                           import_region() maps it (one mapping per segment and importer,
 //                           shared by every import of it, unmapped with the last one).
-//   write()                 memcpy into the mapped remote region, then notify().
+//   allocate(bytes, kCuda), register_memory(p, bytes, kCuda)
+//                           device memory whose key carries a CUDA IPC handle; import_region()
+//                           opens it (cuda_ipc_region.h). Without a GPU: kUnavailable, naming why.
+//   write()                 memcpy into the mapped remote region (cudaMemcpy, waited for, when
+//                           either side is device memory), then notify().
 //   notify()                pushes the tag on this rank's ring in the peer's control segment
 //                           (release), then rings the peer's EventCount. A full ring is kBusy
 //                           and delivers nothing.
-//   mapped_address()        the local mapping of an imported region: stores through it and a
-//                           following notify() form a write (the mailbox stores directly).
+//   mapped_address()        the local mapping of an imported host region: stores through it
+//                           and a following notify() form a write (the mailbox stores
+//                           directly). Null for device regions: the CPU cannot store there.
 //   poll()                  local write completions (a write completes at once), then tags from
 //                           every sender's ring, per-sender FIFO, senders served round-robin.
 //   wait() / wake()         the EventCount protocol; thread-safe, wake() is sticky.
 //
-// Not offered: register_memory() (memory of one process cannot be mapped by another after the
-// fact: kNotSupported; collectives use allocate() memory on this backend), CUDA memory, and
-// maps_peer_memory() is false (maps_allocations() is true).
+// Not offered: register_memory() of host memory (memory of one process cannot be mapped by
+// another after the fact: kNotSupported; collectives use allocate() memory on this backend), and
+// maps_peer_memory() is false (maps_allocations() is true, for host allocations).
 //
 // Names and cleanup: segments are `/eagercomm-<job>-<scope hash>-<rank>-<n>`, where <job> is
 // EAGERCOMM_JOB_ID (sanitized to [A-Za-z0-9_-]) or, when that is empty, a random id that rank 0
@@ -33,8 +38,10 @@
 // Trust: everything a peer can write (ring indices, control block, segment headers, keys) is
 // checked before use. A peer that corrupts its rings is reported (notify(): kProtocolError;
 // poll(): a kPeerError completion for that sender, whose ring is then ignored) and nothing
-// outside the mapped segments is ever touched. A peer that dies leaves its mappings valid: this
-// rank's ring towards it fills up (kBusy) and detecting the death is the heartbeat's job.
+// outside the mapped segments is ever touched. A device key's region must lie inside the
+// allocation its CUDA IPC handle opens, as the driver reports that allocation here. A peer that
+// dies leaves its mappings valid: this rank's ring towards it fills up (kBusy) and detecting the
+// death is the heartbeat's job.
 //
 // Thread-safety: as the contract (transport.h): one driver at a time; wait() and wake() from
 // any thread. Regions and remote regions may be destroyed on any thread, also after the

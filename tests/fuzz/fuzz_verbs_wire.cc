@@ -1,6 +1,6 @@
-// libFuzzer target: the verbs address and remote-key decoders (what a peer publishes through the
-// store). Any input must decode or fail with a Status; a blob that decodes must re-encode to the
-// same bytes (the decoder accepted nothing it did not check).
+// libFuzzer target: the verbs address, rdma_cm hello and remote-key decoders (what a peer publishes
+// through the store). Any input must decode or fail with a Status; a blob that decodes must
+// re-encode to the same bytes (the decoder accepted nothing it did not check).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -20,6 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (again.size() != blob.size() || std::memcmp(again.data(), blob.data(), blob.size()) != 0) {
       std::abort();
     }
+  }
+  if (auto h = decode_hello(blob, rank, job); h.ok()) {
+    if (h.value().to != rank || h.value().from == rank || h.value().from >= job) std::abort();
+    const std::vector<uint8_t> again = encode_hello(h.value());
+    if (std::memcmp(again.data(), blob.data(), again.size()) != 0) std::abort();
   }
   if (auto k = decode_key(blob, rank, 42); k.ok()) {
     if (k.value().length == 0 || k.value().addr + k.value().length < k.value().addr) std::abort();

@@ -2,13 +2,15 @@
 # The GPU checks in one call, for any machine with an NVIDIA GPU and the CUDA toolkit (a GPU
 # workstation, a cluster node, the device machine of a session): builds eagercomm with CUDA in
 # BUILD (default build/gpu), runs the CUDA kernel tests (bit for bit against the CPU kernels),
-# the GPU memory checks and the device-free GPU/GPUDirect tests, prints eagercomm-info's GPU and
-# RDMA lines, and writes a JSON summary to SUMMARY (default BUILD/gpu-summary.json).
+# the GPU memory checks, device buffers through inproc and shm (CUDA IPC) and the device-free
+# GPU/GPUDirect tests, prints eagercomm-info's GPU and RDMA lines, and writes a JSON summary to
+# SUMMARY (default BUILD/gpu-summary.json).
 #
 # usage: tests/gpu/run.sh [BUILD] [SUMMARY]
 # Not yet in it (issue #6 items still open): an allreduce of GPU buffers (the collectives take
 # host memory only), hence no comparison with NCCL; nccl-tests' all_reduce_perf is run for
-# reference when it is on PATH.
+# reference when it is on PATH. A verbs transfer between GPU buffers (GPUDirect) needs two
+# RDMA hosts: docs/RDMA_AND_GPU.md says how to check it by hand.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build/gpu}
@@ -24,7 +26,8 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 
 cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEAGERCOMM_WITH_CUDA=ON \
   -DEAGERCOMM_WITH_TORCH=OFF >"$log/configure" 2>&1 || { cat "$log/configure"; exit 1; }
-cmake --build "$build" --target cuda_reduce_test gpu_parts_test eagercomm-info \
+cmake --build "$build" --target cuda_reduce_test gpu_parts_test gpu_ucx_test gpu_ipc_test \
+  verbs_connect_test verbs_wire_test verbs_device_test eagercomm-info \
   >"$log/build" 2>&1 || { tail -50 "$log/build"; exit 1; }
 
 status=0
@@ -34,7 +37,12 @@ run_test() {  # name: runs the test, keeps its output, prints its last lines
   grep -E "SKIPPED|FAILED|PASSED|bandwidth|no GPU" "$log/$1" | head -20
 }
 run_test cuda_reduce_test
-run_test gpu_parts_test
+run_test gpu_parts_test   # on a GPU: the helpers' GPU answers; GpuHelpers skips (says why)
+run_test gpu_ucx_test     # UCS_MEMORY_TYPE_CUDA when this UCX has CUDA, else kNotSupported
+run_test gpu_ipc_test     # device buffers between ranks: inproc, shm (CUDA IPC between processes)
+run_test verbs_connect_test
+run_test verbs_wire_test
+run_test verbs_device_test  # on an RDMA host: device choice and GPUDirect method of this host
 "$build/tools/eagercomm-info" -t | sed -n '/RDMA devices/,$p' | tee "$log/info"
 
 bw=$(awk '/cuda_reduce_bandwidth_gbps/ {print $2}' "$log/cuda_reduce_test")

@@ -24,6 +24,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "runtime/gpu.h"
 #include "runtime/log.h"
 #include "runtime/unique_fd.h"
 #include "transport/local_completions.h"
@@ -31,13 +32,11 @@
 #include "transport/shm_ring.h"
 #include "transport/shm_segment.h"
 #include "transport/shm_transport.h"
+#include "transport/ucx_wire.h"
 
 namespace eagercomm {
 namespace {
 
-constexpr uint32_t kAddressMagic = 0x41584345;  // "ECXA"
-constexpr uint32_t kKeyMagic = 0x4b584345;      // "ECXK"
-constexpr uint16_t kFormatVersion = 2;
 // Our active message ids. UCP keeps user handlers in an array indexed by id: keep them small.
 constexpr unsigned kNotifyAmId = 17;   // NoteHeader: a notification for poll()
 constexpr unsigned kControlAmId = 18;  // NoteHeader with a Control kind in `tag`
@@ -92,52 +91,7 @@ struct NoteHeader {
   uint32_t tag;
 };
 
-struct AddressHeader {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t reserved;
-  int32_t rank;
-  uint32_t worker_bytes;
-  uint64_t instance;  // random per transport: keys must come from the instance we connected to
-  uint64_t host;      // host_identity(): peers on other hosts never share memory with us
-  uint32_t notify_key_bytes;  // the notification region's key follows the worker address
-  uint32_t ring_capacity;     // entries of each ring in it
-  uint64_t checksum;          // of the worker address and the key (ucp_ep_create trusts its input)
-};
-
-struct KeyHeader {
-  uint32_t magic;
-  uint16_t version;
-  uint8_t kind;
-  uint8_t reserved;
-  int32_t owner;
-  uint32_t rkey_bytes;
-  uint64_t instance;
-  uint64_t base;
-  uint64_t size;
-  uint64_t checksum;  // of the packed rkey, which ucp_ep_rkey_unpack parses without a length
-};
-
-// Copies the fixed header at the start of a blob a peer sent (an address or a remote key) and
-// checks its magic and format version. `what` names the blob in errors ("address of rank 3"),
-// `kind` the expected kind ("address"), `hint` is appended to the format error.
-template <class Header>
-Result<Header> read_blob_header(std::span<const uint8_t> blob, uint32_t magic,
-                                const std::string& what, const char* kind, const char* hint) {
-  Header h;
-  if (blob.size() < sizeof(h)) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: %s has %zu bytes, less than its %zu-byte header", what.c_str(),
-                       blob.size(), sizeof(h));
-  }
-  std::memcpy(&h, blob.data(), sizeof(h));
-  if (h.magic != magic || h.version != kFormatVersion) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: %s is not a ucx %s of format %u (magic 0x%08x, version %u)%s",
-                       what.c_str(), kind, kFormatVersion, h.magic, h.version, hint);
-  }
-  return h;
-}
+// The address and remote-key formats (headers, checks, encoders): transport/ucx_wire.h.
 
 uint64_t fnv1a(const uint8_t* p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -199,13 +153,11 @@ bool context_has_shared_memory(ucp_context_h context) {
   return !any;
 }
 
-// The single place that maps eagercomm memory kinds to UCX memory types (issue #6 adds CUDA).
-Result<ucs_memory_type_t> memory_type_of(MemoryKind kind) {
-  if (kind == MemoryKind::kHost) return UCS_MEMORY_TYPE_HOST;
-  return make_status(StatusCode::kNotSupported,
-                     "ucx: memory kind %s is not supported by this build (host only; device "
-                     "memory needs the CUDA memory-type support of issue #6)",
-                     std::string(memory_kind_name(kind)).c_str());
+// The single place that maps eagercomm memory kinds to UCX memory types: CUDA memory goes to UCX
+// as UCS_MEMORY_TYPE_CUDA when this UCX build handles it (ucx_memory_kind_supported()).
+Result<ucs_memory_type_t> memory_type_of(MemoryKind kind, bool ucx_has_cuda) {
+  EC_RETURN_IF_ERROR(ucx_memory_kind_supported(kind, ucx_has_cuda));
+  return kind == MemoryKind::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
 }
 
 StatusCode code_of(ucs_status_t s) {
@@ -250,6 +202,7 @@ std::string tls_hint() {
 struct UcxCore {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
+  bool cuda_memory = false;  // this UCX build handles UCS_MEMORY_TYPE_CUDA (ucp_context_query)
   // Memory UCX may still read after the transport released the requests using it (AM headers
   // of operations abandoned at a timed-out close); freed after the worker.
   std::vector<std::shared_ptr<void>> orphans;
@@ -546,22 +499,12 @@ Status UcxTransport::init() {
   for (int sender = 0; sender < size(); ++sender) {
     if (sender != rank()) ring_senders_.push_back(sender);
   }
-  const std::vector<uint8_t>& key = notify_region_->remote_key();
-  body.insert(body.end(), key.begin(), key.end());
-
-  AddressHeader h{kAddressMagic,
-                  kFormatVersion,
-                  0,
-                  rank(),
-                  static_cast<uint32_t>(worker_bytes),
-                  instance_,
-                  host_,
-                  static_cast<uint32_t>(key.size()),
-                  ring_capacity_,
-                  fnv1a(body.data(), body.size())};
-  address_.resize(sizeof(h) + body.size());
-  std::memcpy(address_.data(), &h, sizeof(h));
-  std::memcpy(address_.data() + sizeof(h), body.data(), body.size());
+  UcxAddressHeader h{};
+  h.rank = rank();
+  h.instance = instance_;
+  h.host = host_;
+  h.ring_capacity = ring_capacity_;
+  address_ = ucx_encode_address(h, body, notify_region_->remote_key());
 
   for (WaitSlot& slot : slots_) {
     const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -715,27 +658,21 @@ Result<std::unique_ptr<MemoryRegion>> UcxTransport::make_region(ucp_mem_h memh, 
   size_t packed_bytes = 0;
   const ucs_status_t s = ucp_rkey_pack(core_->context, memh, &packed, &packed_bytes);
   if (s != UCS_OK) return ucx_failure(s, "packing the remote key of a region");
-  const auto* pk = static_cast<const uint8_t*>(packed);
-  KeyHeader h{kKeyMagic,
-              kFormatVersion,
-              static_cast<uint8_t>(kind),
-              0,
-              rank(),
-              static_cast<uint32_t>(packed_bytes),
-              instance_,
-              reinterpret_cast<uint64_t>(data),
-              bytes,
-              fnv1a(pk, packed_bytes)};
-  std::vector<uint8_t> key(sizeof(h) + packed_bytes);
-  std::memcpy(key.data(), &h, sizeof(h));
-  std::memcpy(key.data() + sizeof(h), pk, packed_bytes);
+  UcxKeyHeader h{};
+  h.kind = static_cast<uint8_t>(kind);
+  h.owner = rank();
+  h.instance = instance_;
+  h.base = reinterpret_cast<uint64_t>(data);
+  h.size = bytes;
+  std::vector<uint8_t> key =
+      ucx_encode_key(h, std::span(static_cast<const uint8_t*>(packed), packed_bytes));
   ucp_rkey_buffer_release(packed);
   region->set_remote_key(std::move(key));
   return std::unique_ptr<MemoryRegion>(std::move(region));
 }
 
 Result<std::unique_ptr<MemoryRegion>> UcxTransport::allocate(size_t bytes, MemoryKind kind) {
-  EC_ASSIGN_OR_RETURN(const ucs_memory_type_t type, memory_type_of(kind));
+  EC_ASSIGN_OR_RETURN(const ucs_memory_type_t type, memory_type_of(kind, core_->cuda_memory));
   if (bytes == 0) {
     return make_status(StatusCode::kInvalidArgument, "ucx: allocate: 0 bytes requested");
   }
@@ -758,13 +695,20 @@ Result<std::unique_ptr<MemoryRegion>> UcxTransport::allocate(size_t bytes, Memor
     return ucx_failure(s != UCS_OK ? s : UCS_ERR_NO_MEMORY, "querying allocated memory");
   }
   // UCX may take it from a heap or a recycled segment; the contract says zero-filled.
-  std::memset(ma.address, 0, bytes);
+  if (kind == MemoryKind::kCuda) {
+    if (const Status z = gpu::zero(ma.address, bytes); !z.ok()) {
+      (void)ucp_mem_unmap(core_->context, memh);
+      return z;
+    }
+  } else {
+    std::memset(ma.address, 0, bytes);
+  }
   return make_region(memh, ma.address, bytes, kind);
 }
 
 Result<std::unique_ptr<MemoryRegion>> UcxTransport::register_memory(void* data, size_t bytes,
                                                                     MemoryKind kind) {
-  EC_ASSIGN_OR_RETURN(const ucs_memory_type_t type, memory_type_of(kind));
+  EC_ASSIGN_OR_RETURN(const ucs_memory_type_t type, memory_type_of(kind, core_->cuda_memory));
   if (data == nullptr || bytes == 0) {
     return make_status(StatusCode::kInvalidArgument,
                        "ucx: register_memory: %s (pointer %p, %zu bytes)",
@@ -790,45 +734,20 @@ Result<std::unique_ptr<RemoteRegion>> UcxTransport::import_region(int peer,
     return make_status(StatusCode::kInvalidArgument,
                        "ucx: import_region: rank %d is not connected (connect() it first)", peer);
   }
-  EC_ASSIGN_OR_RETURN(
-      const KeyHeader h,
-      read_blob_header<KeyHeader>(key, kKeyMagic, "remote key from rank " + std::to_string(peer),
-                                  "key", ""));
-  if (h.owner != peer) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: remote key of rank %d's memory was given as rank %d's", h.owner, peer);
-  }
-  if (h.instance != p.instance) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: remote key from rank %d was made by another transport instance than "
-                       "the one this rank connected to (a stale key?)",
-                       peer);
-  }
-  if (h.rkey_bytes != key.size() - sizeof(h) ||
-      h.checksum != fnv1a(key.data() + sizeof(h), key.size() - sizeof(h))) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: remote key from rank %d is truncated or corrupt (%zu rkey bytes, "
-                       "header says %u)",
-                       peer, key.size() - sizeof(h), h.rkey_bytes);
-  }
-  if (h.size == 0 || h.base + h.size < h.base) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: remote key from rank %d describes an invalid range (%zu bytes at "
-                       "0x%llx)",
-                       peer, static_cast<size_t>(h.size), static_cast<unsigned long long>(h.base));
-  }
-  if (h.kind > static_cast<uint8_t>(MemoryKind::kCuda)) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: remote key from rank %d has unknown memory kind %u", peer, h.kind);
-  }
-  EC_RETURN_IF_ERROR(memory_type_of(static_cast<MemoryKind>(h.kind)).status());
+  EC_ASSIGN_OR_RETURN(const UcxKey decoded, ucx_decode_key(key, peer, p.instance));
+  const UcxKeyHeader& h = decoded.header;
+  EC_RETURN_IF_ERROR(memory_type_of(static_cast<MemoryKind>(h.kind), core_->cuda_memory).status());
   ucp_rkey_h rkey = nullptr;
-  const ucs_status_t s = ucp_ep_rkey_unpack(p.ep, key.data() + sizeof(h), &rkey);
+  const ucs_status_t s = ucp_ep_rkey_unpack(p.ep, decoded.packed_rkey.data(), &rkey);
   if (s != UCS_OK) {
     return ucx_failure(s, "unpacking the remote key from rank " + std::to_string(peer));
   }
+  // GPU memory is never handed out as a mapped pointer: host stores cannot reach it.
   void* mapped = nullptr;
-  if (ucp_rkey_ptr(rkey, h.base, &mapped) != UCS_OK) mapped = nullptr;
+  if (h.kind != static_cast<uint8_t>(MemoryKind::kHost) ||
+      ucp_rkey_ptr(rkey, h.base, &mapped) != UCS_OK) {
+    mapped = nullptr;
+  }
   EC_DEBUG(kNet, "ucx: rank %d imported %zu bytes of rank %d (%s)", rank(),
            static_cast<size_t>(h.size), peer, mapped ? "mapped here" : "reached by puts");
   return std::unique_ptr<RemoteRegion>(
@@ -837,24 +756,9 @@ Result<std::unique_ptr<RemoteRegion>> UcxTransport::import_region(int peer,
 
 Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
   EC_RETURN_IF_ERROR(check_peer(peer, "connect"));
-  EC_ASSIGN_OR_RETURN(const AddressHeader h,
-                      read_blob_header<AddressHeader>(
-                          address, kAddressMagic, "address of rank " + std::to_string(peer),
-                          "address", "; do all ranks use the ucx transport?"));
-  if (h.rank != peer) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: the address of rank %d was given as rank %d's", h.rank, peer);
-  }
-  const uint8_t* worker_address = address.data() + sizeof(h);
-  if (uint64_t{h.worker_bytes} + h.notify_key_bytes != address.size() - sizeof(h) ||
-      h.checksum != fnv1a(worker_address, address.size() - sizeof(h)) ||
-      !shm_ring::valid_capacity(h.ring_capacity)) {
-    return make_status(StatusCode::kProtocolError,
-                       "ucx: address of rank %d is truncated or corrupt (%zu bytes after the "
-                       "header, which says %u + %u; ring capacity %u)",
-                       peer, address.size() - sizeof(h), h.worker_bytes, h.notify_key_bytes,
-                       h.ring_capacity);
-  }
+  EC_ASSIGN_OR_RETURN(const UcxAddress decoded, ucx_decode_address(address, peer));
+  const UcxAddressHeader& h = decoded.header;
+  const uint8_t* worker_address = decoded.worker_address.data();
   Peer& p = peers_[peer];
   if (p.ep) {
     if (std::equal(address.begin(), address.end(), p.address.begin(), p.address.end())) {
@@ -884,8 +788,7 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
   p.instance = h.instance;
   p.address.assign(address.begin(), address.end());
   // Notifications: ring pushes where the peer's region maps here, active messages elsewhere.
-  Result<std::unique_ptr<RemoteRegion>> ring_region =
-      import_region(peer, address.subspan(sizeof(h) + h.worker_bytes, h.notify_key_bytes));
+  Result<std::unique_ptr<RemoteRegion>> ring_region = import_region(peer, decoded.notify_key);
   if (!ring_region.ok()) {
     Status e = ring_region.status();
     e.prepend("ucx: the notification region in rank " + std::to_string(peer) + "'s address: ");
@@ -1141,6 +1044,14 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
       }
       if (r != nullptr) ucp_request_free(r);  // flush_peer() waits for it
       EC_RETURN_IF_ERROR(flush_peer(peer));
+    }
+    if (bytes > 0 && dst->mapped() != nullptr && local.kind() == MemoryKind::kCuda) {
+      // A GPU source cannot be read by host stores: cudaMemcpy into the mapped memory instead.
+      EC_RETURN_IF_ERROR(
+          gpu::copy(static_cast<uint8_t*>(dst->mapped()) + remote_offset, from, bytes));
+      ring_push(p, tag);
+      done_.push(TransportCompletion::Kind::kWriteDone, peer, tag, cookie);
+      return Status::Ok();
     }
     // Nothing can fail from here on. The stores first: the time from a poll() that saw a
     // notification to the store of the answer is the latency a ping-pong adds per hop.
@@ -1483,6 +1394,19 @@ void UcxTransport::wake() {
 
 }  // namespace
 
+Status ucx_memory_kind_supported(MemoryKind kind, bool ucx_has_cuda) {
+  if (kind == MemoryKind::kHost) return Status::Ok();
+  if (kind == MemoryKind::kCuda && ucx_has_cuda) return Status::Ok();
+  if (kind == MemoryKind::kCuda) {
+    return Status(StatusCode::kNotSupported,
+                  "ucx: CUDA memory needs a UCX built with CUDA support (its cuda_copy / cuda_ipc "
+                  "transports); this UCX reports no UCS_MEMORY_TYPE_CUDA (ucx_info -d lists its "
+                  "transports; distribution packages such as Debian's UCX 1.13 have none)");
+  }
+  return make_status(StatusCode::kNotSupported, "ucx: memory kind %s is not supported",
+                     std::string(memory_kind_name(kind)).c_str());
+}
+
 Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& params) {
   return create_ucx_transport(params, UcxTransportOptions{});
 }
@@ -1525,6 +1449,11 @@ Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& p
     return make_status(StatusCode::kUnavailable, "ucx: ucp_init failed: %s (%s)",
                        ucs_status_string(s), tls_hint().c_str());
   }
+  // Whether UCX can take CUDA memory: only builds with its cuda transports loaded say so.
+  ucp_context_attr_t ca{};
+  ca.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  core->cuda_memory = ucp_context_query(core->context, &ca) == UCS_OK &&
+                      (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   // MULTI: wait() arms the worker from threads that are not driving (see wait()).

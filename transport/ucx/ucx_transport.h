@@ -19,8 +19,10 @@
 //   - Remote keys (MemoryRegion::remote_key()) are a versioned header (owner rank, transport
 //     instance, base address, size, checksum) followed by the packed UCP rkey; import_region()
 //     checks all of it before ucp_ep_rkey_unpack, which trusts its input.
-//   - MemoryKind::kCuda is refused with kNotSupported in this build (UCS_MEMORY_TYPE_CUDA
-//     plumbing is issue #6; memory_type_of() in the .cc is the one place to extend).
+//   - MemoryKind::kCuda is passed to UCX as UCS_MEMORY_TYPE_CUDA when the UCX build handles CUDA
+//     memory (ucp_context_query lists the type); otherwise refused with kNotSupported
+//     (ucx_memory_kind_supported()). Imported GPU regions are never mapped (host stores cannot
+//     reach them), and a GPU source is copied into mapped peer memory with cudaMemcpy.
 //
 // Addresses: local_address() is the UCP worker address behind a header (rank, transport
 // instance, checksum). connect() creates the endpoint and never blocks (wire-up completes in
@@ -84,6 +86,10 @@ struct UcxTransportOptions {
 // caller exchanges local_address() and remote keys); params.config may be null (defaults).
 // Errors: kInvalidArgument for a bad rank/size, kUnavailable when UCX finds no usable
 // transport here (the message carries UCX's reason).
+// Whether the backend takes memory of `kind` given whether UCX handles CUDA memory: Ok, or
+// kNotSupported saying what is missing. Pure (tests/gpu_ucx_test.cc).
+Status ucx_memory_kind_supported(MemoryKind kind, bool ucx_has_cuda);
+
 Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& params);
 Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& params,
                                                         const UcxTransportOptions& options);

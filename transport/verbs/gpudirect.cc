@@ -28,7 +28,8 @@ const char* gpudirect_method_name(GpuDirectMethod m) {
   return "staging through pinned host memory";
 }
 
-GpuDirectChoice choose_gpudirect(const GpuDirectProbe& p) {
+GpuDirectChoice choose_gpudirect(const GpuDirectProbe& p,
+                                 std::span<const GpuDirectFailure> failed) {
   GpuDirectChoice c;
   if (!p.gpu) {
     c.why = "no GPU here: nothing to register";
@@ -38,22 +39,46 @@ GpuDirectChoice choose_gpudirect(const GpuDirectProbe& p) {
     c.why = "no RDMA device here: GPU buffers would be staged through host memory";
     return c;
   }
-  if (p.verbs_dmabuf && p.cuda_dmabuf) {
+  const auto failure = [&failed](GpuDirectMethod m) -> const GpuDirectFailure* {
+    for (const GpuDirectFailure& f : failed) {
+      if (f.method == m) return &f;
+    }
+    return nullptr;
+  };
+  const GpuDirectFailure* dmabuf_failed = failure(GpuDirectMethod::kDmaBuf);
+  const GpuDirectFailure* peer_failed = failure(GpuDirectMethod::kPeerMemory);
+  const bool dmabuf = p.verbs_dmabuf && p.cuda_dmabuf;
+  if (dmabuf && dmabuf_failed == nullptr) {
     c.method = GpuDirectMethod::kDmaBuf;
     c.why = "libibverbs and the GPU driver both support dma-buf";
     return c;
   }
-  if (p.peer_memory_module) {
+  // Why dma-buf is out, for the lines below.
+  const std::string no_dmabuf =
+      dmabuf_failed != nullptr ? "ibv_reg_dmabuf_mr failed (" + dmabuf_failed->error + ")"
+      : p.verbs_dmabuf         ? std::string("the GPU driver exports no dma-buf")
+                               : std::string("libibverbs has no ibv_reg_dmabuf_mr");
+  if (p.peer_memory_module && peer_failed == nullptr) {
     c.method = GpuDirectMethod::kPeerMemory;
-    c.why = p.verbs_dmabuf ? "the GPU driver exports no dma-buf; nvidia_peermem is loaded"
-                           : "libibverbs has no ibv_reg_dmabuf_mr; nvidia_peermem is loaded";
+    c.why = no_dmabuf + "; nvidia_peermem is loaded";
     return c;
   }
-  c.why = std::string("no GPUDirect path: ") +
-          (p.verbs_dmabuf ? "the GPU driver exports no dma-buf" : "libibverbs lacks dma-buf") +
-          " and no peer-memory module is loaded (modprobe nvidia_peermem); staging through "
-          "pinned host memory";
+  const std::string no_peer =
+      peer_failed != nullptr
+          ? "ibv_reg_mr of GPU memory through the peer-memory module failed (" +
+                peer_failed->error + ")"
+          : std::string("no peer-memory module is loaded (modprobe nvidia_peermem)");
+  c.why = "no GPUDirect path: " + no_dmabuf + " and " + no_peer +
+          "; staging through pinned host memory";
   return c;
+}
+
+std::string gpudirect_log_line(const GpuDirectChoice& c) {
+  if (c.method == GpuDirectMethod::kStaging) {
+    return "verbs: GPU memory is staged through pinned host memory: " + c.why;
+  }
+  return std::string("verbs: GPU memory is registered by ") + gpudirect_method_name(c.method) +
+         ": " + c.why;
 }
 
 GpuDirectProbe probe_gpudirect() {

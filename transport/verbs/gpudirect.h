@@ -5,6 +5,7 @@
 // looks at this machine, and the transport logs the staging fallback once at info level.
 #pragma once
 
+#include <span>
 #include <string>
 
 namespace eagercomm::verbs {
@@ -25,7 +26,21 @@ struct GpuDirectChoice {
   std::string why;  // one line: what was found and why this method
 };
 
-GpuDirectChoice choose_gpudirect(const GpuDirectProbe& probe);
+// A method the transport tried on a buffer and that failed there (ibv_reg_dmabuf_mr refused the
+// fd, ibv_reg_mr of device memory failed without a working peer-memory module, ...).
+struct GpuDirectFailure {
+  GpuDirectMethod method;
+  std::string error;
+};
+
+// The method to try next: the best one the probe allows that has not failed yet; staging when
+// none is left, with every reason (unavailable or failed) in `why`.
+GpuDirectChoice choose_gpudirect(const GpuDirectProbe& probe,
+                                 std::span<const GpuDirectFailure> failed = {});
+// The line the transport logs (once, at info level) for the method in use:
+// "verbs: GPU memory is registered by dma-buf (ibv_reg_dmabuf_mr): <why>" or
+// "verbs: GPU memory is staged through pinned host memory: <why>".
+std::string gpudirect_log_line(const GpuDirectChoice& choice);
 GpuDirectProbe probe_gpudirect();
 
 }  // namespace eagercomm::verbs

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <rdma/rdma_cma.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -13,13 +14,19 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <optional>
 #include <random>
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/gpu.h"
 #include "runtime/log.h"
 #include "runtime/unique_fd.h"
 #include "transport/local_completions.h"
+#include "transport/verbs/gpudirect.h"
+#include "transport/verbs/verbs_cm_address.h"
+#include "transport/verbs/verbs_connect.h"
 #include "transport/verbs/verbs_credits.h"
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_wire.h"
@@ -33,6 +40,8 @@ constexpr uint32_t kReceiveWindow = 64;  // receives posted per sender: its cred
 constexpr uint32_t kSendDepth = 256;     // send work requests in flight per queue pair
 constexpr uint32_t kWantInline = 64;     // bytes sent inline when the device allows
 constexpr auto kNap = 1ms;               // longest sleep in wait() (see the header)
+constexpr int kCmTimeoutMs = 2000;       // rdma_resolve_addr / _route
+constexpr int kCmBacklog = 1024;         // pending connect requests on the listener
 // wr_id of a work request: a slot index (a user write), or one of these bits with the peer.
 constexpr uint64_t kCreditWrite = 1ull << 63;  // a credit update
 constexpr uint64_t kReceive = 1ull << 62;      // a posted receive
@@ -54,25 +63,38 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
+// Memory behind a region: host memory (owned or the caller's), GPU memory the NIC reaches
+// directly, or GPU memory with a pinned host copy the NIC reaches instead (staging).
+struct RegionMemory {
+  std::unique_ptr<void, FreeDeleter> host;   // allocate() of host memory
+  std::optional<gpu::DeviceBuffer> device;   // allocate() of GPU memory
+  std::optional<gpu::PinnedBuffer> staging;  // what the NIC reads and writes when staged
+};
+
 class VerbsRegion final : public MemoryRegion {
  public:
-  VerbsRegion(std::shared_ptr<Core> core, ibv_mr* mr, std::unique_ptr<void, FreeDeleter> owned,
-              void* data, size_t size, std::vector<uint8_t> key)
-      : MemoryRegion(data, size, MemoryKind::kHost),
+  VerbsRegion(std::shared_ptr<Core> core, ibv_mr* mr, RegionMemory memory, void* data, size_t size,
+              MemoryKind kind, std::vector<uint8_t> key)
+      : MemoryRegion(data, size, kind),
         core_(std::move(core)),
         mr_(mr),
-        owned_(std::move(owned)) {
+        memory_(std::move(memory)) {
     remote_key_ = std::move(key);
   }
-  ~VerbsRegion() override { ibv_dereg_mr(mr_); }
+  ~VerbsRegion() override { ibv_dereg_mr(mr_); }  // before the memory members go
   uint32_t lkey() const { return mr_->lkey; }
   uint32_t rkey() const { return mr_->rkey; }
   const Core* core() const { return core_.get(); }
+  // Where the NIC reads this region's bytes: the staging copy when there is one.
+  uint64_t nic_address() const {
+    return reinterpret_cast<uintptr_t>(memory_.staging ? memory_.staging->data() : data());
+  }
+  bool staged() const { return memory_.staging.has_value(); }
 
  private:
   std::shared_ptr<Core> core_;
   ibv_mr* mr_;
-  std::unique_ptr<void, FreeDeleter> owned_;
+  RegionMemory memory_;
 };
 
 class VerbsRemote final : public RemoteRegion {
@@ -130,8 +152,12 @@ class VerbsTransport final : public Transport {
  private:
   struct Peer {
     ibv_qp* qp = nullptr;
-    uint32_t psn = 0;  // our first send PSN on this QP
-    bool connected = false;
+    uint32_t psn = 0;                         // our first send PSN on this QP
+    std::unique_ptr<verbs::Connection> conn;  // made by connect(), or by the peer's cm request
+    rdma_cm_id* id = nullptr;                 // the cm path's id for this pair
+    verbs::QpAddress address;                 // the peer's, from connect()
+    uint64_t hello_instance = 0;              // from a cm request that came before connect()
+    bool connected = false;                   // the QP is in RTS
     bool failed = false;
     uint64_t instance = 0;  // the peer transport's, from its address
     uint64_t credit_addr = 0;
@@ -147,9 +173,21 @@ class VerbsTransport final : public Transport {
     uint64_t cookie;
   };
 
-  Result<std::unique_ptr<MemoryRegion>> make_region(void* data, size_t bytes,
-                                                    std::unique_ptr<void, FreeDeleter> owned);
+  Result<std::unique_ptr<MemoryRegion>> make_region(void* data, size_t bytes, RegionMemory memory);
+  Result<std::unique_ptr<MemoryRegion>> make_cuda_region(void* data, size_t bytes,
+                                                         RegionMemory memory);
   Status check_sendable(int peer, const char* what);
+  bool started(int peer) const { return peers_[peer].conn && peers_[peer].conn->started(); }
+  Status setup_cm(const Config& config);
+  // Feeds `e` to the peer's connection and performs what it asks (verbs_connect.h).
+  void drive(int peer, verbs::ConnEvent e, const std::string& detail = {},
+             rdma_cm_id* request = nullptr);
+  Status perform(int peer, verbs::ConnAction a, rdma_cm_id* request);
+  Status modify_qp_from_store(int peer);
+  Status modify_qp_from_cm(int peer);
+  rdma_conn_param conn_param(int peer, std::vector<uint8_t>& hello) const;
+  void progress_cm();
+  void on_connect_request(rdma_cm_id* id, std::span<const uint8_t> data);
   Status post_write(int peer, uint64_t local_addr, uint32_t lkey, uint64_t remote_addr,
                     uint32_t rkey, size_t bytes, uint32_t tag, uint64_t cookie);
   Status post_receive(int peer);
@@ -169,9 +207,20 @@ class VerbsTransport final : public Transport {
   std::unique_ptr<MemoryRegion> credit_in_;   // one word per sender: receives it posted for us
   std::unique_ptr<MemoryRegion> credit_out_;  // one word per peer: the source of our updates
   std::vector<uint8_t> address_;
+  // The cm path: one event channel (non-blocking) and the listener on this device's IP.
+  IbConnectMode connect_mode_ = IbConnectMode::kAuto;
+  bool offers_cm_ = false;
+  sockaddr_storage cm_source_{};  // our IP, port 0: where active ids resolve from
+  rdma_event_channel* cm_channel_ = nullptr;
+  rdma_cm_id* listen_id_ = nullptr;
   std::vector<SendSlot> slots_;
   std::vector<uint32_t> free_slots_;
   LocalCompletions errors_;  // peer errors found outside ibv_poll_cq (while posting)
+  // GPUDirect (gpudirect.h): probed at the first GPU registration; methods that failed here.
+  std::optional<verbs::GpuDirectProbe> gpu_probe_;
+  std::vector<verbs::GpuDirectFailure> gpu_failures_;
+  std::optional<verbs::GpuDirectMethod> gpu_logged_;  // the method whose line was logged
+  bool gpu_direct_used_ = false;  // GPU memory was registered for the NIC to write into
   std::atomic<bool> woken_{false};
   bool closed_ = false;
 };
@@ -276,15 +325,85 @@ Status VerbsTransport::init(const Config& config) {
     p.psn = entropy() & verbs::kMaxPsn;
     a.qps[peer] = {p.qp->qp_num, p.psn};
   }
+  EC_RETURN_IF_ERROR(setup_cm(config));
+  if (offers_cm_) {
+    a.offers_cm = true;
+    if (cm_source_.ss_family == AF_INET) {
+      const auto& in = reinterpret_cast<const sockaddr_in&>(cm_source_);
+      a.cm_family = 4;
+      std::memcpy(a.cm_ip.data(), &in.sin_addr, 4);
+    } else {
+      const auto& in6 = reinterpret_cast<const sockaddr_in6&>(cm_source_);
+      a.cm_family = 6;
+      std::memcpy(a.cm_ip.data(), &in6.sin6_addr, 16);
+    }
+    a.cm_port = ntohs(rdma_get_src_port(listen_id_));
+  }
   address_ = verbs::encode_address(a);
-  EC_INFO(kNet, "verbs: rank %d on %s port %u (%s)%s", rank(), endpoint_.device.c_str(),
-          endpoint_.port, verbs::link_layer_name(endpoint_.link),
-          endpoint_.use_gid ? (" GID " + endpoint_.gid.to_string()).c_str() : "");
+  EC_INFO(kNet, "verbs: rank %d on %s port %u (%s)%s; connects by %s", rank(),
+          endpoint_.device.c_str(), endpoint_.port, verbs::link_layer_name(endpoint_.link),
+          endpoint_.use_gid ? (" GID " + endpoint_.gid.to_string()).c_str() : "",
+          offers_cm_ ? "rdma_cm where the peer offers it, else the store" : "the store");
   return Status::Ok();
 }
 
-Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_region(
-    void* data, size_t bytes, std::unique_ptr<void, FreeDeleter> owned) {
+Status VerbsTransport::setup_cm(const Config& config) {
+  connect_mode_ = config.ib_connect;
+  if (connect_mode_ == IbConnectMode::kStore) return Status::Ok();
+  const verbs::CmAddress ip = verbs::find_cm_address(endpoint_.device, endpoint_.port);
+  EC_ASSIGN_OR_RETURN(const bool offer, verbs::offers_cm(connect_mode_, ip.found, ip.why_none));
+  if (!offer) {
+    EC_INFO(kNet, "verbs: not offering rdma_cm: %s; queue pairs connect through the store",
+            ip.why_none.c_str());
+    return Status::Ok();
+  }
+  // In auto mode a failure below only loses the cm path; with cm asked for it is an error.
+  const auto give_up = [this](const std::string& why) -> Status {
+    if (connect_mode_ == IbConnectMode::kCm) {
+      return make_status(StatusCode::kUnavailable, "verbs: EAGERCOMM_IB_CONNECT=cm: %s",
+                         why.c_str());
+    }
+    EC_INFO(kNet, "verbs: not offering rdma_cm: %s; queue pairs connect through the store",
+            why.c_str());
+    return Status::Ok();
+  };
+  cm_source_ = {};
+  if (ip.family == 4) {
+    auto& in = reinterpret_cast<sockaddr_in&>(cm_source_);
+    in.sin_family = AF_INET;
+    std::memcpy(&in.sin_addr, ip.ip.data(), 4);
+  } else {
+    auto& in6 = reinterpret_cast<sockaddr_in6&>(cm_source_);
+    in6.sin6_family = AF_INET6;
+    std::memcpy(&in6.sin6_addr, ip.ip.data(), 16);
+  }
+  cm_channel_ = rdma_create_event_channel();
+  if (cm_channel_ == nullptr) return give_up("rdma_create_event_channel: " + errno_text());
+  if (fcntl(cm_channel_->fd, F_SETFL, fcntl(cm_channel_->fd, F_GETFL) | O_NONBLOCK) != 0) {
+    return give_up("rdma_cm event channel fd: " + errno_text());
+  }
+  // The listener's context marks requests (accepted ids inherit it until adopted by a peer).
+  if (rdma_create_id(cm_channel_, &listen_id_, reinterpret_cast<void*>(intptr_t{-1}),
+                     RDMA_PS_TCP) != 0) {
+    return give_up("rdma_create_id: " + errno_text());
+  }
+  if (rdma_bind_addr(listen_id_, reinterpret_cast<sockaddr*>(&cm_source_)) != 0) {
+    return give_up("rdma_bind_addr(" + ip.to_string() + "): " + errno_text());
+  }
+  if (listen_id_->verbs == nullptr ||
+      endpoint_.device != ibv_get_device_name(listen_id_->verbs->device) ||
+      listen_id_->port_num != endpoint_.port) {
+    return give_up(ip.to_string() + " is not on " + endpoint_.device);
+  }
+  if (rdma_listen(listen_id_, kCmBacklog) != 0) return give_up("rdma_listen: " + errno_text());
+  offers_cm_ = true;
+  EC_INFO(kNet, "verbs: rank %d listens for rdma_cm on %s port %u", rank(), ip.to_string().c_str(),
+          ntohs(rdma_get_src_port(listen_id_)));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_region(void* data, size_t bytes,
+                                                                  RegionMemory memory) {
   ibv_mr* mr = ibv_reg_mr(core_->pd, data, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (mr == nullptr) {
     return make_status(errno == ENOMEM ? StatusCode::kNoMemory : StatusCode::kIoError,
@@ -299,45 +418,133 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_region(
   k.length = bytes;
   k.rkey = mr->rkey;
   return std::unique_ptr<MemoryRegion>(std::make_unique<VerbsRegion>(
-      core_, mr, std::move(owned), data, bytes, verbs::encode_key(k)));
+      core_, mr, std::move(memory), data, bytes, MemoryKind::kHost, verbs::encode_key(k)));
+}
+
+// GPU memory (issue #6, GPUDirect RDMA): dma-buf first, then ibv_reg_mr through the peer-memory
+// module, then staging through pinned host memory. The choice is gpudirect.h's; a method that
+// fails here is not tried again, and the method in use is logged once at info level whenever it
+// changes (never a silent fallback).
+Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_cuda_region(void* data, size_t bytes,
+                                                                       RegionMemory memory) {
+  if (!gpu_probe_) {
+    gpu_probe_ = verbs::probe_gpudirect();
+    gpu_probe_->rdma_device = true;  // this transport has one open
+  }
+  constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  for (;;) {
+    const verbs::GpuDirectChoice choice = verbs::choose_gpudirect(*gpu_probe_, gpu_failures_);
+    if (!gpu_probe_->gpu) {
+      return make_status(StatusCode::kUnavailable, "verbs: GPU memory without a GPU: %s",
+                         choice.why.c_str());
+    }
+    if (gpu_logged_ != choice.method) {
+      EC_INFO(kNet, "%s", verbs::gpudirect_log_line(choice).c_str());
+      gpu_logged_ = choice.method;
+    }
+    ibv_mr* mr = nullptr;
+    verbs::KeyKind kind = verbs::KeyKind::kCuda;
+    void* nic = data;
+    switch (choice.method) {
+      case verbs::GpuDirectMethod::kDmaBuf: {
+        auto buf = gpu::export_dmabuf(data, bytes);
+        if (!buf.ok()) {
+          gpu_failures_.push_back({choice.method, std::string(buf.status().message())});
+          continue;
+        }
+        // The MR keeps its own reference to the dma-buf: the fd closes when `buf` goes.
+        mr = ibv_reg_dmabuf_mr(core_->pd, buf.value().offset, bytes,
+                               reinterpret_cast<uintptr_t>(data), buf.value().fd.get(), kAccess);
+        if (mr == nullptr) {
+          gpu_failures_.push_back({choice.method, "ibv_reg_dmabuf_mr: " + errno_text()});
+          continue;
+        }
+        break;
+      }
+      case verbs::GpuDirectMethod::kPeerMemory:
+        mr = ibv_reg_mr(core_->pd, data, bytes, kAccess);
+        if (mr == nullptr) {
+          gpu_failures_.push_back({choice.method, "ibv_reg_mr: " + errno_text()});
+          continue;
+        }
+        break;
+      case verbs::GpuDirectMethod::kStaging: {
+        EC_ASSIGN_OR_RETURN(gpu::PinnedBuffer pinned, gpu::PinnedBuffer::allocate(bytes));
+        nic = pinned.data();
+        mr = ibv_reg_mr(core_->pd, nic, bytes, kAccess);
+        if (mr == nullptr) {
+          return make_status(StatusCode::kIoError,
+                             "verbs: registering the %zu-byte pinned staging copy of GPU memory "
+                             "failed: %s",
+                             bytes, errno_text().c_str());
+        }
+        memory.staging = std::move(pinned);
+        kind = verbs::KeyKind::kCudaStaged;
+        break;
+      }
+    }
+    if (kind == verbs::KeyKind::kCuda) gpu_direct_used_ = true;
+    verbs::RegionKey k;
+    k.owner = rank();
+    k.instance = instance_;
+    k.addr = reinterpret_cast<uintptr_t>(nic);
+    k.length = bytes;
+    k.rkey = mr->rkey;
+    k.kind = kind;
+    return std::unique_ptr<MemoryRegion>(std::make_unique<VerbsRegion>(
+        core_, mr, std::move(memory), data, bytes, MemoryKind::kCuda, verbs::encode_key(k)));
+  }
 }
 
 Result<std::unique_ptr<MemoryRegion>> VerbsTransport::allocate(size_t bytes, MemoryKind kind) {
-  if (kind != MemoryKind::kHost) {
-    return Status(StatusCode::kNotSupported,
-                  "verbs: CUDA memory is not supported by this build yet (GPUDirect is issue #6)");
-  }
   if (bytes == 0) return Status(StatusCode::kInvalidArgument, "verbs: allocate of 0 bytes");
+  if (kind == MemoryKind::kCuda) {
+    EC_ASSIGN_OR_RETURN(gpu::DeviceBuffer buffer, gpu::DeviceBuffer::allocate(bytes));
+    EC_RETURN_IF_ERROR(gpu::zero(buffer.data(), bytes));
+    void* data = buffer.data();
+    RegionMemory memory;
+    memory.device = std::move(buffer);
+    return make_cuda_region(data, bytes, std::move(memory));
+  }
   const size_t rounded = (bytes + 4095) / 4096 * 4096;
   void* p = std::aligned_alloc(4096, rounded);
   if (p == nullptr) {
     return make_status(StatusCode::kNoMemory, "verbs: cannot allocate %zu bytes", bytes);
   }
   std::memset(p, 0, rounded);
-  return make_region(p, bytes, std::unique_ptr<void, FreeDeleter>(p));
+  RegionMemory memory;
+  memory.host.reset(p);
+  return make_region(p, bytes, std::move(memory));
 }
 
 Result<std::unique_ptr<MemoryRegion>> VerbsTransport::register_memory(void* data, size_t bytes,
                                                                       MemoryKind kind) {
-  if (kind != MemoryKind::kHost) {
-    return Status(StatusCode::kNotSupported,
-                  "verbs: CUDA memory is not supported by this build yet (GPUDirect is issue #6)");
-  }
   if (data == nullptr || bytes == 0) {
     return Status(StatusCode::kInvalidArgument, "verbs: register_memory of an empty range");
   }
-  return make_region(data, bytes, nullptr);
+  // A device pointer passed as host memory (or the reverse) would fault in the NIC's driver or
+  // register the wrong pages: refused with the buffer named.
+  EC_RETURN_IF_ERROR(gpu::check_buffer_kind(data, kind, "verbs: register_memory"));
+  if (kind == MemoryKind::kCuda) return make_cuda_region(data, bytes, {});
+  return make_region(data, bytes, {});
 }
 
 Result<std::unique_ptr<RemoteRegion>> VerbsTransport::import_region(int peer,
                                                                     std::span<const uint8_t> key) {
-  if (peer < 0 || peer >= size() || peer == rank() || !peers_[peer].connected) {
+  if (peer < 0 || peer >= size() || peer == rank() || !started(peer)) {
     return make_status(StatusCode::kInvalidArgument,
-                       "verbs: import_region: rank %d is not a connected peer", peer);
+                       "verbs: import_region: rank %d is not a connected peer (connect() it "
+                       "first)",
+                       peer);
   }
   EC_ASSIGN_OR_RETURN(verbs::RegionKey k, verbs::decode_key(key, peer, peers_[peer].instance));
-  if (k.kind != verbs::KeyKind::kHost) {
-    return Status(StatusCode::kNotSupported, "verbs: a CUDA region of a peer (not supported yet)");
+  if (k.kind == verbs::KeyKind::kCudaStaged) {
+    return make_status(StatusCode::kNotSupported,
+                       "verbs: rank %d's GPU buffer is staged through host memory there (no "
+                       "GPUDirect RDMA on that host: see its info log), and writing into staged "
+                       "GPU memory is not implemented; load nvidia_peermem or use a dma-buf "
+                       "capable driver on that host",
+                       peer);
   }
   return std::unique_ptr<RemoteRegion>(std::make_unique<VerbsRemote>(core_.get(), peer, k));
 }
@@ -347,10 +554,11 @@ Status VerbsTransport::connect(int peer, std::span<const uint8_t> address) {
     return make_status(StatusCode::kInvalidArgument, "verbs: connect: rank %d out of range", peer);
   }
   if (peer == rank()) return Status::Ok();  // writes to oneself are not a verbs path
+  if (closed_) return Status(StatusCode::kAborted, "verbs: connect: transport closed");
   EC_ASSIGN_OR_RETURN(verbs::QpAddress a, verbs::decode_address(address, peer, size()));
   Peer& p = peers_[peer];
-  if (p.connected) {
-    if (a.instance == p.instance) return Status::Ok();
+  if (started(peer)) {
+    if (a.instance == p.address.instance) return Status::Ok();
     return make_status(StatusCode::kInvalidArgument,
                        "verbs: rank %d is already connected to another instance", peer);
   }
@@ -362,6 +570,36 @@ Status VerbsTransport::connect(int peer, std::span<const uint8_t> address) {
                        a.use_gid ? " with a GID" : "", verbs::link_layer_name(endpoint_.link),
                        endpoint_.use_gid ? " with a GID" : "");
   }
+  EC_ASSIGN_OR_RETURN(const verbs::ConnectPath path,
+                      verbs::choose_connect_path(connect_mode_, offers_cm_, a.offers_cm, peer));
+  if (p.conn) {  // the peer's cm request came first
+    if (path != verbs::ConnectPath::kCm || a.instance != p.hello_instance) {
+      return make_status(StatusCode::kProtocolError,
+                         "verbs: rank %d's rdma_cm request does not match its address (another "
+                         "instance, or it offers no rdma_cm)",
+                         peer);
+    }
+  } else {
+    p.conn = std::make_unique<verbs::Connection>(path, verbs::cm_active(rank(), peer));
+  }
+  p.address = std::move(a);
+  p.instance = p.address.instance;
+  p.credit_addr = p.address.credit_addr;
+  p.credit_rkey = p.address.credit_rkey;
+  EC_DEBUG(kNet, "verbs: rank %d connects to rank %d by %s", rank(), peer,
+           verbs::connect_path_name(path));
+  drive(peer, verbs::ConnEvent::kStart);
+  // The store path completes here; a failure is an error of this call.
+  if (path == verbs::ConnectPath::kStore && p.conn->state() == verbs::ConnState::kFailed) {
+    return make_status(StatusCode::kUnavailable, "verbs: connecting to rank %d: %s", peer,
+                       p.conn->error().c_str());
+  }
+  return Status::Ok();
+}
+
+Status VerbsTransport::modify_qp_from_store(int peer) {
+  Peer& p = peers_[peer];
+  const verbs::QpAddress& a = p.address;
   ibv_qp_attr rtr{};
   rtr.qp_state = IBV_QPS_RTR;
   rtr.path_mtu = mtu_enum(std::min(a.mtu, std::max(endpoint_.mtu, 256u)));
@@ -380,7 +618,7 @@ Status VerbsTransport::connect(int peer, std::span<const uint8_t> address) {
   if (ibv_modify_qp(p.qp, &rtr,
                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
-    return make_status(StatusCode::kUnavailable, "verbs: QP to rank %d to RTR: %s", peer,
+    return make_status(StatusCode::kUnavailable, "QP to rank %d to RTR: %s", peer,
                        errno_text().c_str());
   }
   ibv_qp_attr rts{};
@@ -393,14 +631,237 @@ Status VerbsTransport::connect(int peer, std::span<const uint8_t> address) {
   if (ibv_modify_qp(p.qp, &rts,
                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
-    return make_status(StatusCode::kUnavailable, "verbs: QP to rank %d to RTS: %s", peer,
+    return make_status(StatusCode::kUnavailable, "QP to rank %d to RTS: %s", peer,
                        errno_text().c_str());
   }
-  p.instance = a.instance;
-  p.credit_addr = a.credit_addr;
-  p.credit_rkey = a.credit_rkey;
-  p.connected = true;
   return Status::Ok();
+}
+
+// The QP stays ours (rdma_cm calls it user-managed): rdma_init_qp_attr() derives the RTR and RTS
+// attributes (path, MTU, remote QP number, PSNs, timeouts) from the CM exchange on the pair's id,
+// and they apply to a QP of the same device opened through another context.
+Status VerbsTransport::modify_qp_from_cm(int peer) {
+  Peer& p = peers_[peer];
+  for (const ibv_qp_state state : {IBV_QPS_RTR, IBV_QPS_RTS}) {
+    ibv_qp_attr attr{};
+    int mask = 0;
+    attr.qp_state = state;
+    if (rdma_init_qp_attr(p.id, &attr, &mask) != 0) {
+      return make_status(StatusCode::kUnavailable, "rdma_init_qp_attr(%s) for rank %d: %s",
+                         state == IBV_QPS_RTR ? "RTR" : "RTS", peer, errno_text().c_str());
+    }
+    if (state == IBV_QPS_RTS) attr.rnr_retry = 7;  // as on the store path
+    if (ibv_modify_qp(p.qp, &attr, mask) != 0) {
+      return make_status(StatusCode::kUnavailable, "QP to rank %d to %s: %s", peer,
+                         state == IBV_QPS_RTR ? "RTR" : "RTS", errno_text().c_str());
+    }
+  }
+  return Status::Ok();
+}
+
+rdma_conn_param VerbsTransport::conn_param(int peer, std::vector<uint8_t>& hello) const {
+  hello = verbs::encode_hello({rank(), peer, instance_});
+  rdma_conn_param cp{};
+  cp.private_data = hello.data();
+  cp.private_data_len = static_cast<uint8_t>(hello.size());
+  cp.responder_resources = 1;
+  cp.initiator_depth = 1;
+  cp.retry_count = 7;
+  cp.rnr_retry_count = 7;
+  cp.qp_num = peers_[peer].qp->qp_num;
+  return cp;
+}
+
+Status VerbsTransport::perform(int peer, verbs::ConnAction a, rdma_cm_id* request) {
+  using A = verbs::ConnAction;
+  Peer& p = peers_[peer];
+  const auto failed = [&](const char* call) {
+    return make_status(StatusCode::kUnavailable, "%s: %s", call, errno_text().c_str());
+  };
+  std::vector<uint8_t> hello;
+  switch (a) {
+    case A::kCreateId:
+      if (rdma_create_id(cm_channel_, &p.id, reinterpret_cast<void*>(intptr_t{peer}),
+                         RDMA_PS_TCP) != 0) {
+        p.id = nullptr;
+        return failed("rdma_create_id");
+      }
+      return Status::Ok();
+    case A::kResolveAddress: {
+      sockaddr_storage dst{};
+      const verbs::QpAddress& pa = p.address;
+      if (pa.cm_family == 4) {
+        auto& in = reinterpret_cast<sockaddr_in&>(dst);
+        in.sin_family = AF_INET;
+        in.sin_port = htons(pa.cm_port);
+        std::memcpy(&in.sin_addr, pa.cm_ip.data(), 4);
+      } else {
+        auto& in6 = reinterpret_cast<sockaddr_in6&>(dst);
+        in6.sin6_family = AF_INET6;
+        in6.sin6_port = htons(pa.cm_port);
+        std::memcpy(&in6.sin6_addr, pa.cm_ip.data(), 16);
+      }
+      sockaddr_storage src = cm_source_;
+      if (rdma_resolve_addr(p.id, reinterpret_cast<sockaddr*>(&src),
+                            reinterpret_cast<sockaddr*>(&dst), kCmTimeoutMs) != 0) {
+        return failed("rdma_resolve_addr");
+      }
+      return Status::Ok();
+    }
+    case A::kResolveRoute:
+      return rdma_resolve_route(p.id, kCmTimeoutMs) == 0 ? Status::Ok()
+                                                         : failed("rdma_resolve_route");
+    case A::kConnect: {
+      rdma_conn_param cp = conn_param(peer, hello);
+      return rdma_connect(p.id, &cp) == 0 ? Status::Ok() : failed("rdma_connect");
+    }
+    case A::kModifyQpFromCm:
+      if (p.id == nullptr && request != nullptr) {  // the passive side adopts the request's id
+        p.id = request;
+        p.id->context = reinterpret_cast<void*>(intptr_t{peer});
+      }
+      return modify_qp_from_cm(peer);
+    case A::kModifyQpFromStore:
+      return modify_qp_from_store(peer);
+    case A::kAccept: {
+      rdma_conn_param cp = conn_param(peer, hello);
+      return rdma_accept(p.id, &cp) == 0 ? Status::Ok() : failed("rdma_accept");
+    }
+    case A::kEstablish:
+      return rdma_establish(p.id) == 0 ? Status::Ok() : failed("rdma_establish");
+    case A::kReject:
+      if (request != nullptr) {
+        rdma_reject(request, nullptr, 0);
+        rdma_destroy_id(request);  // its event was acknowledged before (progress_cm)
+      }
+      return Status::Ok();
+    case A::kDisconnect:
+      if (p.id != nullptr) rdma_disconnect(p.id);
+      return Status::Ok();
+    case A::kDestroyId:
+      if (p.id != nullptr) rdma_destroy_id(p.id);
+      p.id = nullptr;
+      return Status::Ok();
+    case A::kReportConnected:
+      p.connected = true;
+      EC_DEBUG(kNet, "verbs: rank %d connected to rank %d (%s)", rank(), peer,
+               verbs::connect_path_name(p.conn->path()));
+      return Status::Ok();
+    case A::kReportFailure:
+      fail_peer(peer, "connection: " + p.conn->error());
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+void VerbsTransport::drive(int peer, verbs::ConnEvent e, const std::string& detail,
+                           rdma_cm_id* request) {
+  using A = verbs::ConnAction;
+  Peer& p = peers_[peer];
+  std::deque<std::pair<verbs::ConnEvent, std::string>> events{{e, detail}};
+  while (!events.empty()) {
+    auto [event, why] = std::move(events.front());
+    events.pop_front();
+    for (const A a : p.conn->on(event, why)) {
+      const Status s = perform(peer, a, request);
+      const bool modify = a == A::kModifyQpFromCm || a == A::kModifyQpFromStore;
+      if (!s.ok()) {
+        // The rest of this batch depended on the failed step.
+        events.emplace_back(modify ? verbs::ConnEvent::kQpFailed : verbs::ConnEvent::kActionFailed,
+                            std::string(s.message()));
+        break;
+      }
+      if (modify) events.emplace_back(verbs::ConnEvent::kQpReady, std::string());
+    }
+  }
+}
+
+void VerbsTransport::on_connect_request(rdma_cm_id* id, std::span<const uint8_t> data) {
+  const auto hello = verbs::decode_hello(data, rank(), size());
+  if (!hello.ok()) {
+    EC_WARN(kNet, "verbs: rank %d refuses an rdma_cm request: %s", rank(),
+            std::string(hello.status().message()).c_str());
+    rdma_reject(id, nullptr, 0);
+    rdma_destroy_id(id);
+    return;
+  }
+  const int peer = hello.value().from;
+  Peer& p = peers_[peer];
+  if (!p.conn) {  // before our connect(): the QP is ready, the address comes later
+    p.conn = std::make_unique<verbs::Connection>(verbs::ConnectPath::kCm,
+                                                 verbs::cm_active(rank(), peer));
+    p.hello_instance = hello.value().instance;
+  } else if (started(peer) && hello.value().instance != p.address.instance) {
+    EC_WARN(kNet, "verbs: rank %d refuses an rdma_cm request from another instance of rank %d",
+            rank(), peer);
+    rdma_reject(id, nullptr, 0);
+    rdma_destroy_id(id);
+    return;
+  }
+  drive(peer, verbs::ConnEvent::kConnectRequest, {}, id);
+}
+
+void VerbsTransport::progress_cm() {
+  if (cm_channel_ == nullptr) return;
+  rdma_cm_event* event = nullptr;
+  while (rdma_get_cm_event(cm_channel_, &event) == 0) {
+    // Copied, then acknowledged before acting: rdma_destroy_id() waits for the acknowledgement
+    // of every event of its id, and an action below may destroy it.
+    const rdma_cm_event_type type = event->event;
+    rdma_cm_id* id = event->id;
+    const int status = event->status;
+    const auto* pd = static_cast<const uint8_t*>(event->param.conn.private_data);
+    const std::vector<uint8_t> data(pd,
+                                    pd == nullptr ? pd : pd + event->param.conn.private_data_len);
+    rdma_ack_cm_event(event);
+    if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+      on_connect_request(id, data);
+      continue;
+    }
+    const auto peer = static_cast<int>(reinterpret_cast<intptr_t>(id->context));
+    if (id == listen_id_ || peer < 0 || peer >= size() || !peers_[peer].conn) continue;
+    const std::string detail = std::string(rdma_event_str(type)) +
+                               (status != 0 ? " (status " + std::to_string(status) + ")" : "");
+    using E = verbs::ConnEvent;
+    switch (type) {
+      case RDMA_CM_EVENT_ADDR_RESOLVED:
+        drive(peer, E::kAddressResolved);
+        break;
+      case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        drive(peer, E::kRouteResolved);
+        break;
+      case RDMA_CM_EVENT_CONNECT_RESPONSE: {
+        const auto hello = verbs::decode_hello(data, rank(), size());
+        if (!hello.ok() || hello.value().from != peer ||
+            hello.value().instance != peers_[peer].address.instance) {
+          drive(peer, E::kActionFailed,
+                hello.ok() ? "the rdma_cm reply came from another rank or instance"
+                           : std::string(hello.status().message()));
+        } else {
+          drive(peer, E::kConnectResponse);
+        }
+        break;
+      }
+      case RDMA_CM_EVENT_ESTABLISHED:
+        drive(peer, E::kEstablished);
+        break;
+      case RDMA_CM_EVENT_ADDR_ERROR:
+      case RDMA_CM_EVENT_ROUTE_ERROR:
+      case RDMA_CM_EVENT_UNREACHABLE:
+      case RDMA_CM_EVENT_CONNECT_ERROR:
+        drive(peer, E::kTransient, detail);
+        break;
+      case RDMA_CM_EVENT_REJECTED:
+        drive(peer, E::kRejected, detail);
+        break;
+      case RDMA_CM_EVENT_DISCONNECTED:
+      case RDMA_CM_EVENT_DEVICE_REMOVAL:
+        drive(peer, E::kDisconnected, detail);
+        break;
+      default:
+        break;  // TIMEWAIT_EXIT, ADDR_CHANGE, ...: nothing to do
+    }
+  }
 }
 
 Status VerbsTransport::check_sendable(int peer, const char* what) {
@@ -410,7 +871,7 @@ Status VerbsTransport::check_sendable(int peer, const char* what) {
                        peer);
   }
   const Peer& p = peers_[peer];
-  if (!p.connected) {
+  if (!started(peer)) {
     return make_status(StatusCode::kInvalidArgument,
                        "verbs: %s: rank %d is not connected (connect() it first)", what, peer);
   }
@@ -418,6 +879,8 @@ Status VerbsTransport::check_sendable(int peer, const char* what) {
     return make_status(StatusCode::kPeerFailed, "verbs: %s: the connection to rank %d failed", what,
                        peer);
   }
+  // The cm path connects in the background (poll() drives it): try again later.
+  if (!p.connected) return Status(StatusCode::kBusy, {});
   return Status::Ok();
 }
 
@@ -491,8 +954,14 @@ Status VerbsTransport::write(const MemoryRegion& local, size_t local_offset,
                        remote.size());
   }
   EC_RETURN_IF_ERROR(check_sendable(remote.peer(), "write"));
-  return post_write(remote.peer(), reinterpret_cast<uintptr_t>(local.data()) + local_offset,
-                    src->lkey(), dst->addr() + remote_offset, dst->rkey(), bytes, tag, cookie);
+  if (src->staged() && bytes > 0) {
+    // No GPUDirect here: the bytes go out from the pinned copy, brought up to date first
+    // (synchronously: the source is reusable, as kWriteDone will say, once the NIC read it).
+    EC_RETURN_IF_ERROR(gpu::copy(reinterpret_cast<void*>(src->nic_address() + local_offset),
+                                 static_cast<const uint8_t*>(local.data()) + local_offset, bytes));
+  }
+  return post_write(remote.peer(), src->nic_address() + local_offset, src->lkey(),
+                    dst->addr() + remote_offset, dst->rkey(), bytes, tag, cookie);
 }
 
 Status VerbsTransport::notify(int peer, uint32_t tag) {
@@ -555,6 +1024,7 @@ void VerbsTransport::fail_peer(int peer, const std::string& why) {
 
 size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
   if (closed_) return 0;
+  progress_cm();
   // Peer errors found earlier first.
   size_t n = errors_.drain(out);
   ibv_wc wc[32];
@@ -610,6 +1080,25 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
   for (int peer = 0; peer < size(); ++peer) {
     if (peers_[peer].credit_due && !peers_[peer].failed) post_credit(peer);
   }
+  // GPUDirect RDMA ordering (what NCCL calls the GDR flush). The NIC writes a peer's data into
+  // our GPU memory over PCIe, then writes the receive completion into host memory. Seeing the
+  // completion here proves the data left the NIC, not that the GPU will observe it: PCIe
+  // writes into GPU memory may still be in flight or be seen by the GPU's own work out of
+  // order with the completion. So before any notification is delivered (and a consumer may
+  // launch a kernel reading the data), cudaDeviceFlushGPUDirectRDMAWrites makes every NIC write
+  // that reached the GPU so far visible to work launched afterwards; work the consumer then
+  // enqueues on a stream is ordered after it by the host's own program order. Devices that
+  // already order these writes for their own work (cudaDevAttrGPUDirectRDMAWritesOrdering >=
+  // owner, e.g. recent GPUs on suitable platforms) skip the call (gpu::flush_rdma_writes).
+  if (gpu_direct_used_ && n > 0) {
+    bool notified = false;
+    for (size_t i = 0; i < n; ++i) notified |= out[i].kind == TransportCompletion::Kind::kNotify;
+    if (notified) {
+      if (const Status s = gpu::flush_rdma_writes(); !s.ok()) {
+        EC_ERROR(kNet, "verbs: flushing GPUDirect writes failed: %s", s.to_string().c_str());
+      }
+    }
+  }
   return n + errors_.drain(out.subspan(n));  // errors found in this poll
 }
 
@@ -622,9 +1111,12 @@ void VerbsTransport::wait(std::chrono::nanoseconds timeout) {
   const auto limit = timeout < std::chrono::nanoseconds::zero()
                          ? std::chrono::nanoseconds(kNap)
                          : std::min<std::chrono::nanoseconds>(timeout, kNap);
-  pollfd fds[2] = {{channel_->fd, POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
+  // The rdma_cm channel too: set-up events are handled by the driver's next poll().
+  pollfd fds[3] = {{channel_->fd, POLLIN, 0},
+                   {wake_fd_.get(), POLLIN, 0},
+                   {cm_channel_ != nullptr ? cm_channel_->fd : -1, POLLIN, 0}};
   timespec ts{0, static_cast<long>(limit.count())};
-  if (::ppoll(fds, 2, &ts, nullptr) > 0) {
+  if (::ppoll(fds, 3, &ts, nullptr) > 0) {
     if (fds[0].revents & POLLIN) {
       ibv_cq* cq = nullptr;
       void* ctx = nullptr;
@@ -646,6 +1138,16 @@ void VerbsTransport::wake() {
 void VerbsTransport::close() {
   if (closed_) return;
   closed_ = true;
+  // rdma_cm ids before the queue pairs and the channel (ids must go before their channel).
+  for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) {
+    if (peers_[peer].conn) drive(peer, verbs::ConnEvent::kClose);
+    if (peers_[peer].id != nullptr) rdma_destroy_id(peers_[peer].id);
+    peers_[peer].id = nullptr;
+  }
+  if (listen_id_ != nullptr) rdma_destroy_id(listen_id_);
+  listen_id_ = nullptr;
+  if (cm_channel_ != nullptr) rdma_destroy_event_channel(cm_channel_);
+  cm_channel_ = nullptr;
   for (Peer& p : peers_) {
     if (p.qp != nullptr) ibv_destroy_qp(p.qp);
     p.qp = nullptr;

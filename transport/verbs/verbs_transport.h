@@ -8,10 +8,17 @@
 // completes and publishes its running count by an RDMA write into the sender's credit word;
 // a sender without credit gets kBusy.
 //
-// Connection set-up: the store-based path. Each rank creates one RC QP per peer, publishes their
-// numbers, PSNs, its LID / GID and its credit words in local_address() (verbs_wire.h), and
-// connect() moves the QP for that peer to RTR and RTS with the peer's values. (rdma_cm set-up is
-// not implemented; the store path works on IB and RoCE alike.)
+// Connection set-up (verbs_connect.h): each rank creates one RC QP per peer up front and
+// publishes their numbers, PSNs, its LID / GID, its credit words and, when it offers the cm path,
+// the IP address and port of its rdma_cm listener in local_address() (verbs_wire.h). connect()
+// then takes one of two paths per pair, chosen by EAGERCOMM_IB_CONNECT and what both offer:
+//  - rdma_cm: the higher rank resolves the peer's address and route and sends a connect request
+//    carrying its QP number; the lower one accepts on its listener. Both move their own QPs to
+//    RTR/RTS with the attributes rdma_cm derives (rdma_init_qp_attr). connect() only starts this;
+//    poll() drives it, and write()/notify() return kBusy until the pair is up.
+//  - store (the fallback, also for devices without an IP address): connect() moves the QP to RTR
+//    and RTS with the values the peer published, and the pair is up when connect() returns.
+// Small writes go inline (IBV_SEND_INLINE, up to what the device grants, at most 64 bytes).
 //
 // Device: verbs_device.h chooses device, port and GID from EAGERCOMM_IB_HCA / _IB_PORT /
 // _IB_GID_INDEX; create fails with kUnavailable (and the reason) where there is none.

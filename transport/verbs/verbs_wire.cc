@@ -1,5 +1,6 @@
 #include "transport/verbs/verbs_wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -9,7 +10,9 @@ namespace {
 
 constexpr uint32_t kAddressMagic = 0x45435641;  // "ECVA"
 constexpr uint32_t kKeyMagic = 0x4543564b;      // "ECVK"
-constexpr uint16_t kVersion = 1;
+constexpr uint32_t kHelloMagic = 0x45435648;    // "ECVH"
+// 2: the address carries the rdma_cm endpoint (verbs_connect.h).
+constexpr uint16_t kVersion = 2;
 // The most ranks an address may describe: bounds what a decoder allocates for a peer's blob.
 constexpr uint32_t kMaxRanks = 1u << 20;
 
@@ -104,6 +107,10 @@ std::vector<uint8_t> encode_address(const QpAddress& a) {
   w.put_bytes(a.gid.data(), a.gid.size());
   w.put(a.credit_addr);
   w.put(a.credit_rkey);
+  w.put(static_cast<uint8_t>(a.offers_cm));
+  w.put(a.cm_family);
+  w.put(a.cm_port);
+  w.put_bytes(a.cm_ip.data(), a.cm_ip.size());
   for (const QpEntry& q : a.qps) {
     w.put(q.qpn);
     w.put(q.psn);
@@ -138,6 +145,10 @@ Result<QpAddress> decode_address(std::span<const uint8_t> blob, int expected_ran
   r.get_bytes(a.gid.data(), a.gid.size());
   a.credit_addr = r.get<uint64_t>();
   a.credit_rkey = r.get<uint32_t>();
+  const auto offers_cm = r.get<uint8_t>();
+  a.cm_family = r.get<uint8_t>();
+  a.cm_port = r.get<uint16_t>();
+  r.get_bytes(a.cm_ip.data(), a.cm_ip.size());
   if (r.short_read()) return bad(what, "truncated header");
   if (count > kMaxRanks || blob.size() != r.offset() + size_t{count} * 8 + 8) {
     return bad(what, "length does not match its rank count");
@@ -157,6 +168,20 @@ Result<QpAddress> decode_address(std::span<const uint8_t> blob, int expected_ran
   if (a.mtu < 256 || a.mtu > 4096 || (a.mtu & (a.mtu - 1)) != 0) {
     return bad(what, "MTU is not one of 256, 512, 1024, 2048, 4096");
   }
+  // One encoding per endpoint (the fuzz target checks that what decodes re-encodes the same).
+  const auto zero_from = [&a](size_t from) {
+    return std::all_of(a.cm_ip.begin() + from, a.cm_ip.end(), [](uint8_t b) { return b == 0; });
+  };
+  if (offers_cm > 1) return bad(what, "impossible rdma_cm flag");
+  a.offers_cm = offers_cm == 1;
+  if (a.offers_cm) {
+    if ((a.cm_family != 4 && a.cm_family != 6) || a.cm_port == 0 ||
+        (a.cm_family == 4 && !zero_from(4))) {
+      return bad(what, "rdma_cm endpoint is not an IPv4 / IPv6 address with a port");
+    }
+  } else if (a.cm_family != 0 || a.cm_port != 0 || !zero_from(0)) {
+    return bad(what, "rdma_cm endpoint fields set without the rdma_cm flag");
+  }
   a.qps.resize(count);
   for (uint32_t i = 0; i < count; ++i) {
     a.qps[i].qpn = r.get<uint32_t>();
@@ -166,6 +191,48 @@ Result<QpAddress> decode_address(std::span<const uint8_t> blob, int expected_ran
     }
   }
   return a;
+}
+
+std::vector<uint8_t> encode_hello(const CmHello& h) {
+  Writer w;
+  w.put(kHelloMagic);
+  w.put(kVersion);
+  w.put(uint16_t{0});
+  w.put(h.from);
+  w.put(h.to);
+  w.put(h.instance);
+  return w.finish();
+}
+
+Result<CmHello> decode_hello(std::span<const uint8_t> blob, int expected_to, int job_size) {
+  const std::string what = "rdma_cm private data";
+  if (blob.size() < kCmHelloBytes) return bad(what, "too short (not an eagercomm peer?)");
+  if (!std::all_of(blob.begin() + kCmHelloBytes, blob.end(), [](uint8_t b) { return b == 0; })) {
+    return bad(what, "unexpected bytes after the hello");
+  }
+  const std::span<const uint8_t> body = blob.first(kCmHelloBytes);
+  Reader r(body);
+  const auto magic = r.get<uint32_t>();
+  const auto version = r.get<uint16_t>();
+  r.get<uint16_t>();
+  CmHello h;
+  h.from = r.get<int32_t>();
+  h.to = r.get<int32_t>();
+  h.instance = r.get<uint64_t>();
+  if (r.short_read() || magic != kHelloMagic) return bad(what, "not an eagercomm hello");
+  if (version != kVersion) return bad(what, "format version differs (mixed eagercomm versions?)");
+  if (!checksum_ok(body)) return bad(what, "checksum mismatch");
+  if (h.to != expected_to) {
+    return make_status(StatusCode::kProtocolError,
+                       "verbs: %s is addressed to rank %d, this is rank %d", what.c_str(), h.to,
+                       expected_to);
+  }
+  if (h.from < 0 || h.from >= job_size || h.from == h.to) {
+    return make_status(StatusCode::kProtocolError,
+                       "verbs: %s comes from rank %d, not another rank of this job of %d",
+                       what.c_str(), h.from, job_size);
+  }
+  return h;
 }
 
 std::vector<uint8_t> encode_key(const RegionKey& k) {
@@ -209,7 +276,7 @@ Result<RegionKey> decode_key(std::span<const uint8_t> blob, int expected_owner,
                "made by another transport instance (a key from an earlier job or "
                "communicator?)");
   }
-  if (kind > static_cast<uint8_t>(KeyKind::kCuda)) return bad(what, "unknown memory kind");
+  if (kind > static_cast<uint8_t>(KeyKind::kCudaStaged)) return bad(what, "unknown memory kind");
   k.kind = static_cast<KeyKind>(kind);
   if (k.length == 0 || k.addr + k.length < k.addr) return bad(what, "empty or wrapping range");
   return k;

@@ -40,6 +40,13 @@ struct QpAddress {
   // 64-bit word per rank in memory registered for remote write.
   uint64_t credit_addr = 0;
   uint32_t credit_rkey = 0;
+  // The rdma_cm endpoint this rank listens on (verbs_connect.h), when it offers the cm path:
+  // family 4 (IPv4, the address in ip[0..3]) or 6, and a port that is not 0. Without it all
+  // three are 0 and the pair uses the store path.
+  bool offers_cm = false;
+  uint8_t cm_family = 0;
+  std::array<uint8_t, 16> cm_ip{};
+  uint16_t cm_port = 0;      // host byte order
   std::vector<QpEntry> qps;  // one per rank of the job, indexed by rank
 };
 
@@ -47,7 +54,25 @@ std::vector<uint8_t> encode_address(const QpAddress& a);
 // Checks everything above; `what` names the blob in errors ("address of rank 3").
 Result<QpAddress> decode_address(std::span<const uint8_t> blob, int expected_rank, int job_size);
 
-enum class KeyKind : uint8_t { kHost = 0, kCuda = 1 };
+// The private data of an rdma_cm connect request and its reply: who is calling whom, and which
+// transport instance, so the passive side ties the request to the right peer's QP and neither
+// side trusts a connection from another job or an earlier transport. The CM pads private data
+// to its fixed size with zeros, so the decoder takes a longer blob when the rest is zero.
+struct CmHello {
+  int32_t from = 0;
+  int32_t to = 0;
+  uint64_t instance = 0;  // the sender's transport instance
+};
+inline constexpr size_t kCmHelloBytes = 32;  // within the 56 bytes an RC connect request carries
+
+std::vector<uint8_t> encode_hello(const CmHello& h);
+// Checks format, checksum, that `to` is `expected_to` and that `from` is another rank of a job of
+// `job_size`.
+Result<CmHello> decode_hello(std::span<const uint8_t> blob, int expected_to, int job_size);
+
+// kCuda: GPU memory the NIC reaches directly (GPUDirect RDMA); kCudaStaged: GPU memory whose owner
+// could only register a pinned host copy (no GPUDirect there), which peers cannot write into.
+enum class KeyKind : uint8_t { kHost = 0, kCuda = 1, kCudaStaged = 2 };
 
 struct RegionKey {
   int32_t owner = 0;
