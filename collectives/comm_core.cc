@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -14,7 +15,20 @@ namespace eagercomm::detail {
 namespace {
 
 // Control codes (28 bits): kind in bits 27..24, argument in bits 23..0.
-constexpr uint32_t kControlPeerExit = 1;
+constexpr uint32_t kControlPeerExit = 1;   // argument: the first collective it will not run
+constexpr uint32_t kControlHeartbeat = 2;  // argument: how many collectives it has begun
+constexpr uint32_t kControlEvicted = 3;    // the sender declared the receiver hung
+
+// "2.3s": silences and waits as people read them (format_duration keeps every digit).
+std::string seconds_text(std::chrono::nanoseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1fs", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+int64_t steady_ns(Engine::Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 std::string seq_text(uint64_t seq) { return "#" + std::to_string(seq); }
 
@@ -29,10 +43,20 @@ int usable_cpus() {
 }  // namespace
 
 CommCore::CommCore(int rank, int size, const Config& config)
-    : rank_(rank), size_(size), config_(config), gone_from_(size, -1) {}
+    : rank_(rank),
+      size_(size),
+      config_(config),
+      gone_from_(size, -1),
+      gone_why_(size),
+      heard_(size, 0),
+      heard_seen_(size, 0),
+      heard_at_(size),
+      peer_heard_ns_(std::make_unique<std::atomic<int64_t>[]>(size)),
+      peer_begun_(std::make_unique<std::atomic<uint64_t>[]>(size)) {}
 
 CommCore::~CommCore() {
   destroy();
+  stop_watchdog();  // when destroy() was skipped (a failed setup has no engine)
   // Before the members go (the mailbox first): peers must stop writing into its regions.
   if (transport_) transport_->close();
 }
@@ -64,6 +88,7 @@ Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::stri
   }
   core->engine_ = std::make_unique<Engine>(*core, eopts);
   if (config.progress_thread == ProgressThreadMode::kOn) core->engine_->start_thread();
+  core->start_watchdog();
   EC_INFO(kInit,
           "communicator rank %d of %d ready on transport %s (%s stores, %u slots of %zu "
           "bytes per peer)",
@@ -209,7 +234,7 @@ void CommCore::submit(std::shared_ptr<Op> op, bool kick) {
   submitting_.fetch_add(1, std::memory_order_seq_cst);
   if (closing_.load(std::memory_order_seq_cst)) {
     submitting_.fetch_sub(1, std::memory_order_seq_cst);
-    raw->complete(make_status(StatusCode::kAborted, "the communicator was destroyed"));
+    raw->complete(closed_status());
     raw->self.reset();
     return;
   }
@@ -218,8 +243,8 @@ void CommCore::submit(std::shared_ptr<Op> op, bool kick) {
   if (kick) engine_->kick();
 }
 
-Status CommCore::run(std::shared_ptr<Op> op, bool kick) {
-  if (destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+Status CommCore::run(std::shared_ptr<Op> op, bool kick, std::chrono::nanoseconds timeout) {
+  if (destroyed()) return closed_status();
   Op* raw = op.get();
   const Status precheck = raw->precheck_error;
   submit(op, kick);  // `op` (ours) keeps it alive after the engine lets go
@@ -227,33 +252,96 @@ Status CommCore::run(std::shared_ptr<Op> op, bool kick) {
     engine_->try_progress();
     return precheck;
   }
-  if (!engine_->wait([raw] { return raw->done(); }, deadline())) return timed_out(*raw);
+  timeout = resolve(timeout);
+  if (!engine_->wait([raw] { return raw->done(); }, deadline(timeout))) {
+    return abandon(*raw, timeout);
+  }
   return raw->status();
 }
 
-Engine::Clock::time_point CommCore::deadline() const {
-  return config_.timeout > std::chrono::nanoseconds::zero() ? Engine::Clock::now() + config_.timeout
-                                                            : Engine::Clock::time_point::max();
+Engine::Clock::time_point CommCore::deadline(std::chrono::nanoseconds timeout) {
+  return timeout > std::chrono::nanoseconds::zero() ? Engine::Clock::now() + timeout
+                                                    : Engine::Clock::time_point::max();
 }
 
-Status CommCore::timed_out(const Op& op) const {
-  return make_status(StatusCode::kTimeout, "%s did not finish within %s",
-                     describe(op.sig()).c_str(), format_duration(config_.timeout).c_str());
+Status CommCore::timed_out(const Op& op, std::chrono::nanoseconds waited) const {
+  const uint64_t seq = key_seq(op.key());
+  std::string text = describe(op.sig()) + " " + seq_text(seq) + " on rank " +
+                     std::to_string(rank_) + " did not finish within " + format_duration(waited);
+  if (key_stream(op.key()) != 0) return Status(StatusCode::kTimeout, text + silent_report());
+  if (heartbeat_interval_ == std::chrono::nanoseconds::zero()) {
+    return Status(StatusCode::kTimeout,
+                  text +
+                      " (heartbeats are off here, so there is no report of who had not "
+                      "arrived)");
+  }
+  // Who had not started it, from each peer's last heartbeat (at most one interval old); the
+  // silent ones are listed apart.
+  const int64_t now = steady_ns(Engine::Clock::now());
+  const std::string silent = silent_report();
+  std::string late;
+  for (int peer = 0; peer < size_; ++peer) {
+    const int64_t age = now - peer_heard_ns_[peer].load(std::memory_order_relaxed);
+    if (peer == rank_ || age > 2 * heartbeat_interval_.count()) continue;
+    const uint64_t begun = peer_begun_[peer].load(std::memory_order_relaxed);
+    if (begun > seq) continue;
+    late += (late.empty() ? "rank " : ", rank ") + std::to_string(peer) +
+            (begun == 0 ? " (alive, no collective started yet)"
+                        : " (alive, last started " + seq_text(begun - 1) + ")");
+  }
+  if (late.empty() && silent.empty()) {
+    text += "; every rank had started it (a peer is slow inside it, or data is lost)";
+  }
+  if (!late.empty()) text += "; ranks that had not started it: " + late;
+  text += silent;
+  return Status(StatusCode::kTimeout, text);
 }
 
-Status CommCore::run_inline(std::shared_ptr<Op> op) {
-  if (!op->precheck_error.ok() || !engine_->try_begin_driving()) return run(std::move(op), false);
+std::string CommCore::silent_report() const {
+  if (heartbeat_interval_ == std::chrono::nanoseconds::zero()) return "";
+  const int64_t now = steady_ns(Engine::Clock::now());
+  std::string silent;
+  for (int peer = 0; peer < size_; ++peer) {
+    const int64_t age = now - peer_heard_ns_[peer].load(std::memory_order_relaxed);
+    if (peer == rank_ || age <= 2 * heartbeat_interval_.count()) continue;
+    silent += (silent.empty() ? "rank " : ", rank ") + std::to_string(peer) +
+              " (nothing heard for " + seconds_text(std::chrono::nanoseconds(age)) + ")";
+  }
+  return silent.empty() ? "" : "; silent ranks: " + silent;
+}
+
+Status CommCore::abandon(Op& op, std::chrono::nanoseconds waited) {
+  const Status why = timed_out(op, waited);
+  engine_->run_exclusive([&] {
+    while (Op* earlier = submissions_.pop()) begin(earlier);
+    if (std::find(active_.begin(), active_.end(), &op) != active_.end()) fail(&op, why, true);
+  });
+  // Peers that hold this rank's buffers release them within the drain bound (destroy()); one
+  // still waiting for an earlier operation (a gap in the sequence) keeps its place, as before.
+  if (!engine_->wait([&op] { return op.done(); },
+                     Engine::Clock::now() + std::chrono::seconds(10))) {
+    EC_WARN(kColl, "rank %d: %s is still in flight after it timed out", rank_,
+            describe(op.sig()).c_str());
+  }
+  return why;
+}
+
+Status CommCore::run_inline(std::shared_ptr<Op> op, std::chrono::nanoseconds timeout) {
+  if (!op->precheck_error.ok() || !engine_->try_begin_driving()) {
+    return run(std::move(op), false, timeout);
+  }
   // The driver token keeps destroy() out until end_driving(): it closes the engine first.
   Op* raw = op.get();
   raw->set_key(make_key(0, next_seq_.fetch_add(1, std::memory_order_relaxed)));
   raw->self = op;
   while (Op* earlier = submissions_.pop()) begin(earlier);  // sequence order
   begin(raw);
-  const auto until = deadline();
+  timeout = resolve(timeout);
+  const auto until = deadline(timeout);
   const auto done = [raw] { return raw->done(); };
   const bool ok = engine_->drive_held(done, until);
   engine_->end_driving();
-  if (!ok && !engine_->wait(done, until)) return timed_out(*raw);
+  if (!ok && !engine_->wait(done, until)) return abandon(*raw, timeout);
   return raw->status();
 }
 
@@ -269,13 +357,16 @@ int CommCore::progress() {
     ++events;
     begin(op);
   }
+  // The heartbeat duty comes after the transport was polled: what peers sent while this
+  // process did not run must count before their silence is judged.
+  const bool duty = duty_due_.load(std::memory_order_relaxed);
   // While only small-box operations are in flight, their data needs no transport: look at the
   // transport (errors, peers' exits, messages of later calls) on every 16th pass only, which
   // takes its cost off the small operation's polling loop.
   const bool only_small =
       small_active_.load(std::memory_order_relaxed) == static_cast<int>(active_.size()) &&
       !active_.empty() && outgoing_.empty() && streams_.empty();
-  if (!only_small || (++small_passes_ & 15) == 0) {
+  if (!only_small || duty || (++small_passes_ & 15) == 0) {
     TransportCompletion buf[64];
     for (;;) {
       const size_t n = transport_->poll(buf);
@@ -285,6 +376,7 @@ int CommCore::progress() {
     if (mailbox_->flush()) ++events;
     events += send_outgoing();
   }
+  if (duty) heartbeat_duty();
   for (auto& [id, handler] : streams_) events += handler->advance();
   for (size_t i = 0; i < active_.size();) {
     Op* op = active_[i];
@@ -387,6 +479,10 @@ void CommCore::activate(Op* op) {
 }
 
 void CommCore::handle(const TransportCompletion& c, int* events) {
+  // Anything a peer sends shows it is alive (the heartbeat duty compares the counts).
+  if (c.kind == TransportCompletion::Kind::kNotify && c.peer >= 0 && c.peer < size_) {
+    ++heard_[c.peer];
+  }
   MailboxEvent ev = mailbox_->on_completion(c);
   ++*events;
   switch (ev.kind) {
@@ -396,17 +492,18 @@ void CommCore::handle(const TransportCompletion& c, int* events) {
       dispatch(ev.message);
       break;
     case MailboxEvent::Kind::kControl:
-      if ((ev.control >> 24) == kControlPeerExit) on_peer_exit(ev.peer, ev.control & 0xffffffu);
+      on_control(ev.peer, ev.control);
       break;
     case MailboxEvent::Kind::kError: {
       // A peer that breaks the protocol can no longer be trusted with any operation.
       EC_ERROR(kNet, "rank %d: %s", rank_, ev.error.message().c_str());
-      if (ev.peer >= 0) gone_from_[ev.peer] = 0;
-      std::vector<Op*> doomed = active_;
-      for (Op* op : doomed) fail(op, ev.error, false);
-      if (ev.peer >= 0) {
-        release_lender(ev.peer, std::nullopt);
-        for (auto& [id, handler] : streams_) handler->on_peer_gone(ev.peer, ev.error);
+      if (ev.peer >= 0 && ev.peer < size_) {
+        mark_gone(ev.peer, 0, ev.error);
+      } else {
+        std::vector<Op*> doomed = active_;
+        for (Op* op : doomed) {
+          if (is_active(op)) fail(op, ev.error, false);
+        }
       }
       break;
     }
@@ -503,9 +600,8 @@ uint64_t CommCore::widen_seq(uint32_t low24) const {
 Status CommCore::gone_status(uint64_t seq) const {
   for (int peer = 0; peer < size_; ++peer) {
     if (gone_from_[peer] >= 0 && seq >= static_cast<uint64_t>(gone_from_[peer])) {
-      return make_status(StatusCode::kPeerFailed,
-                         "rank %d destroyed its communicator before finishing collective %s", peer,
-                         seq_text(seq).c_str());
+      return make_status(gone_why_[peer].code(), "%s (collective %s cannot finish)",
+                         gone_why_[peer].message().c_str(), seq_text(seq).c_str());
     }
   }
   return Status::Ok();
@@ -515,18 +611,154 @@ void CommCore::on_peer_exit(int peer, uint32_t low_seq) {
   const uint64_t from = widen_seq(low_seq);
   EC_INFO(kColl, "rank %d: rank %d left; collectives from %s on fail", rank_, peer,
           seq_text(from).c_str());
-  gone_from_[peer] = static_cast<int64_t>(from);
+  // The leaver stopped touching this rank's buffers before it said goodbye (same thread, and
+  // the notice follows its last write in the per-pair order): mark_gone releases them.
+  mark_gone(peer, static_cast<int64_t>(from),
+            make_status(StatusCode::kPeerFailed, "rank %d destroyed its communicator", peer));
+}
+
+void CommCore::on_control(int peer, uint32_t control) {
+  const uint32_t arg = control & 0xffffffu;
+  switch (control >> 24) {
+    case kControlPeerExit:
+      on_peer_exit(peer, arg);
+      break;
+    case kControlHeartbeat:
+      peer_begun_[peer].store(widen_seq(arg), std::memory_order_relaxed);
+      break;
+    case kControlEvicted:
+      // This process was stopped (or starved) for longer than the peers' timeout: they have
+      // given up on it, so nothing it starts can finish.
+      EC_ERROR(kColl, "rank %d: rank %d declared this rank hung after hearing nothing for %u s",
+               rank_, peer, arg);
+      mark_gone(peer, 0,
+                make_status(StatusCode::kPeerFailed,
+                            "rank %d declared rank %d hung after hearing nothing from it for %u s "
+                            "(was this process stopped or starved?) and no longer takes part",
+                            peer, rank_, arg));
+      break;
+    default:
+      EC_DEBUG(kColl, "rank %d: unknown control 0x%x from rank %d", rank_, control, peer);
+      break;
+  }
+}
+
+void CommCore::mark_gone(int peer, int64_t from, const Status& why) {
+  if (gone_from_[peer] >= 0 && gone_from_[peer] <= from) return;  // gone already
+  gone_from_[peer] = from;
+  gone_why_[peer] = why;
   std::vector<Op*> doomed;
   for (Op* op : active_) {
-    if (key_stream(op->key()) == 0 && key_seq(op->key()) >= from) doomed.push_back(op);
+    // Streams' operations are the handlers' business (on_peer_gone), unless nothing of the
+    // peer can be trusted any more (from 0: a transport error, a hung peer).
+    const bool collective = key_stream(op->key()) == 0;
+    if ((collective && key_seq(op->key()) >= static_cast<uint64_t>(from)) ||
+        (!collective && from == 0)) {
+      doomed.push_back(op);
+    }
   }
-  for (Op* op : doomed) fail(op, gone_status(key_seq(op->key())), false);
-  // The leaver stopped touching this rank's buffers before it said goodbye (same thread, and
-  // the notice follows its last write in the per-pair order).
+  for (Op* op : doomed) {
+    if (!is_active(op)) continue;  // failing a stream's operation can end its others
+    fail(op, key_stream(op->key()) == 0 ? gone_status(key_seq(op->key())) : why, false);
+  }
   release_lender(peer, std::nullopt);
-  const Status why =
-      make_status(StatusCode::kPeerFailed, "rank %d destroyed its communicator", peer);
   for (auto& [id, handler] : streams_) handler->on_peer_gone(peer, why);
+}
+
+// Heartbeats. A rank whose process stops (SIGSTOP, a debugger, a host that froze or lost its
+// link) neither dies nor closes a connection, so neither liveness beacons nor the transport
+// notice it. Every `heartbeat_interval_` the watchdog thread makes the driver send each peer a
+// notification carrying how many collectives this rank has begun, and look at what it heard:
+// any notification counts, so a busy pair adds nothing but a counter increment per
+// notification. A peer silent for `hang_after_` (EAGERCOMM_TIMEOUT, at least three intervals)
+// is declared hung: every operation that needs it fails with kPeerFailed naming it, and it is
+// told (should it run again, its own operations fail the same way instead of waiting for
+// peers that gave up on it). The watchdog thread drives only when nobody else does, so a rank
+// whose application computes outside eagercomm still answers; it never waits for the token.
+void CommCore::start_watchdog() {
+  if (config_.heartbeat <= std::chrono::nanoseconds::zero() ||
+      config_.timeout <= std::chrono::nanoseconds::zero() || transport_name_ == "inproc" ||
+      size_ < 2) {
+    return;  // threads of one process cannot stop one by one; 0 means "wait forever"
+  }
+  heartbeat_interval_ = std::min(config_.heartbeat, config_.timeout / 4);
+  hang_after_ = std::max(config_.timeout, 3 * heartbeat_interval_);
+  const auto now = Engine::Clock::now();
+  last_duty_at_ = now;
+  for (int peer = 0; peer < size_; ++peer) {
+    heard_at_[peer] = now;
+    peer_heard_ns_[peer].store(steady_ns(now), std::memory_order_relaxed);
+  }
+  watchdog_ = std::thread([this] { watchdog_main(); });
+}
+
+void CommCore::stop_watchdog() {
+  if (!watchdog_.joinable()) return;
+  {
+    std::lock_guard lock(watchdog_mu_);
+    watchdog_stop_ = true;
+  }
+  watchdog_cv_.notify_all();
+  if (watchdog_.get_id() == std::this_thread::get_id()) {
+    watchdog_.detach();  // cannot happen today: the watchdog never destroys
+  } else {
+    watchdog_.join();
+  }
+}
+
+void CommCore::watchdog_main() {
+  log_set_thread_rank(rank_);
+  std::unique_lock lock(watchdog_mu_);
+  while (!watchdog_stop_) {
+    watchdog_cv_.wait_for(lock, heartbeat_interval_);
+    if (watchdog_stop_) break;
+    lock.unlock();
+    duty_due_.store(true, std::memory_order_relaxed);
+    engine_->try_progress();
+    // Another thread drives: it does the duty on its next pass; wake it if it sleeps.
+    if (duty_due_.load(std::memory_order_relaxed)) engine_->kick();
+    lock.lock();
+  }
+}
+
+void CommCore::heartbeat_duty() {
+  duty_due_.store(false, std::memory_order_relaxed);
+  const auto now = Engine::Clock::now();
+  // This process itself did not run for a while (stopped, starved, a suspended VM): the
+  // peers' silence may be its own. Judge them from a fresh window.
+  const bool was_frozen = now - last_duty_at_ > 3 * heartbeat_interval_;
+  last_duty_at_ = now;
+  const uint32_t beat = (kControlHeartbeat << 24) | static_cast<uint32_t>(begun_ & 0xffffffu);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || gone_from_[peer] >= 0) continue;
+    if (heard_[peer] != heard_seen_[peer]) {
+      heard_seen_[peer] = heard_[peer];
+      heard_at_[peer] = now;
+      peer_heard_ns_[peer].store(steady_ns(now), std::memory_order_relaxed);
+    } else if (was_frozen) {
+      heard_at_[peer] = now;
+    } else if (now - heard_at_[peer] >= hang_after_) {
+      const auto silent =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - heard_at_[peer]);
+      const Status why = make_status(
+          StatusCode::kPeerFailed,
+          "rank %d is not responding: nothing heard from it for %s (EAGERCOMM_TIMEOUT %s); it is "
+          "stopped, hung or unreachable",
+          peer, seconds_text(silent).c_str(), format_duration(config_.timeout).c_str());
+      EC_ERROR(kColl, "rank %d: %s", rank_, why.message().c_str());
+      mark_gone(peer, 0, why);
+      const auto secs = static_cast<uint32_t>(std::min<int64_t>(
+          std::chrono::duration_cast<std::chrono::seconds>(silent).count(), 0xffffff));
+      (void)mailbox_->send_control(peer, (kControlEvicted << 24) | secs);
+      continue;
+    }
+    // A peer that does not take its notifications gets no more of them queued.
+    if (mailbox_->has_deferred(peer)) continue;
+    Status s = mailbox_->send_control(peer, beat);
+    if (!s.ok()) {
+      EC_DEBUG(kColl, "rank %d: heartbeat to rank %d: %s", rank_, peer, s.to_string().c_str());
+    }
+  }
 }
 
 void CommCore::fail(Op* op, const Status& status, bool tell_peers, int stopped_peer) {
@@ -638,8 +870,13 @@ void CommCore::send_header(int peer, const MsgHeader& h) {
   send_outgoing();
 }
 
+void CommCore::send_text(int peer, const MsgHeader& h, std::string text) {
+  outgoing_.push_back(Outgoing{peer, h, std::move(text)});
+  send_outgoing();
+}
+
 Status CommCore::attach_stream(uint32_t stream, StreamHandler* handler) {
-  if (destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+  if (destroyed()) return closed_status();
   engine_->run_exclusive([&] {
     streams_[stream] = handler;
     auto it = stream_unexpected_.find(stream);
@@ -666,10 +903,36 @@ void CommCore::start_stream_op(std::shared_ptr<Op> op) {
   if (Status s = raw->start(ctx_); !s.ok()) fail(raw, s, true);
 }
 
+void CommCore::abort(const std::string& reason) {
+  if (!engine_ || destroy_started_.load(std::memory_order_acquire)) {
+    destroy();  // waits for the first caller
+    return;
+  }
+  {
+    std::lock_guard lock(watchdog_mu_);  // orders abort_reason_ against a racing abort()
+    if (abort_reason_.empty()) abort_reason_ = reason.empty() ? "no reason given" : reason;
+  }
+  destroy();
+}
+
 void CommCore::destroy() {
-  if (!engine_ || engine_->closed()) return;
+  if (!engine_) return;
+  if (destroy_started_.exchange(true, std::memory_order_acq_rel)) {
+    // Another thread is destroying: return when it has finished, as its caller will.
+    while (!engine_->closed()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
+  stop_watchdog();
+  std::string reason;
+  {
+    std::lock_guard lock(watchdog_mu_);
+    reason = abort_reason_;
+  }
+  closed_text_ = reason.empty() ? std::string("the communicator was destroyed")
+                                : "the communicator was aborted on rank " + std::to_string(rank_) +
+                                      ": " + reason;
   closing_.store(true, std::memory_order_seq_cst);
-  engine_->close([this] {
+  engine_->close([this, &reason] {
     while (submitting_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
     while (Op* op = submissions_.pop()) waiting_[key_seq(op->key())] = op;
     // Streams first: they tell their peers which rounds they will not finish (in order before
@@ -681,15 +944,14 @@ void CommCore::destroy() {
     }
     std::vector<Op*> doomed = active_;
     for (Op* op : doomed) {
+      if (!is_active(op)) continue;
       fail(op,
-           make_status(StatusCode::kAborted,
-                       "the communicator was destroyed while %s %s was in "
-                       "flight",
+           make_status(StatusCode::kAborted, "%s while %s %s was in flight", closed_text_.c_str(),
                        describe(op->sig()).c_str(), seq_text(key_seq(op->key())).c_str()),
-           false);
+           /*tell_peers=*/!reason.empty());  // an abort's reason reaches the peers' errors
     }
     for (auto& [seq, op] : waiting_) {
-      op->complete(make_status(StatusCode::kAborted, "the communicator was destroyed"));
+      op->complete(closed_status());
       op->self.reset();
     }
     waiting_.clear();

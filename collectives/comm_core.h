@@ -5,11 +5,15 @@
 // finds a problem; and implements ProgressSource for the engine.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/op.h"
@@ -53,17 +57,42 @@ class CommCore final : public ProgressSource {
   // Numbers `op` in the collective stream and hands it to the engine. Any thread. Without
   // `kick`, a driver asleep is not woken (the caller is about to drive itself).
   void submit(std::shared_ptr<Op> op, bool kick = true);
-  // submit(), then waits for the operation (EAGERCOMM_TIMEOUT), driving progress inline.
-  Status run(std::shared_ptr<Op> op, bool kick = true);
+  // submit(), then waits for the operation, driving progress inline, for `timeout`
+  // (kConfiguredTimeout: EAGERCOMM_TIMEOUT; 0: forever). At the timeout the operation is
+  // abandoned (see abandon()) and the error names the ranks that had not arrived.
+  Status run(std::shared_ptr<Op> op, bool kick = true,
+             std::chrono::nanoseconds timeout = kConfiguredTimeout);
   // run() for latency-bound calls: when the engine is free, this thread takes the token, numbers
   // and begins the operation itself (no submission queue, no wake-up) and drives it to the end.
-  Status run_inline(std::shared_ptr<Op> op);
+  Status run_inline(std::shared_ptr<Op> op, std::chrono::nanoseconds timeout = kConfiguredTimeout);
+  // A blocking call gave up on `op` after `waited`: fails it on every rank (the peers' calls
+  // fail with this rank's report instead of waiting for it) and waits until no peer uses its
+  // buffers any more, so the caller may free them. Returns the timeout's error: the straggler
+  // report (timed_out()).
+  Status abandon(Op& op, std::chrono::nanoseconds waited);
+  // The error of a wait for `op` that gave up after `waited`. For the collective stream it
+  // names the ranks that had not started the operation and those that went silent, as of
+  // their last heartbeats (the straggler report). Any thread.
+  Status timed_out(const Op& op, std::chrono::nanoseconds waited) const;
+  // "; silent ranks: rank 2 (nothing heard for 3.1s)" for peers whose heartbeats stopped
+  // coming, or "" (none, or heartbeats off). Any thread.
+  std::string silent_report() const;
+  // EAGERCOMM_TIMEOUT for kConfiguredTimeout, else `timeout` (0 or less: forever).
+  std::chrono::nanoseconds resolve(std::chrono::nanoseconds timeout) const {
+    return timeout == kConfiguredTimeout ? config_.timeout : timeout;
+  }
   // Registered transport memory for a runtime-owned buffer (zeroed). Any thread.
   Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes);
 
-  // Fails every pending operation, tells the peers, releases the transport. Idempotent.
+  // Fails every pending operation, tells the peers, releases the transport. Idempotent; any
+  // thread, also while others wait (they return with kAborted); a second caller returns once
+  // the first has finished.
   void destroy();
+  // destroy() whose errors (kAborted here, kPeerFailed at the peers) carry `reason`.
+  void abort(const std::string& reason);
   bool destroyed() const { return engine_->closed(); }
+  // The error of calls made after destroy() or abort() (kAborted, with the abort's reason).
+  Status closed_status() const { return Status(StatusCode::kAborted, closed_text_); }
 
   MailboxStats mailbox_stats() const;
   CoreStats stats() const;
@@ -83,6 +112,8 @@ class CommCore final : public ProgressSource {
   void fail_op(Op* op, const Status& status, bool tell_peers) { fail(op, status, tell_peers); }
   // Sends a header-only message (queued while `peer` has no free slot).
   void send_header(int peer, const MsgHeader& h);
+  // The same with a short text as payload (truncated to the slot).
+  void send_text(int peer, const MsgHeader& h, std::string text);
   // Routes a message again (after its operation was started).
   void redispatch(InMessage* m) { dispatch(m); }
   void release(InMessage* m) { mailbox_->release(m); }
@@ -105,9 +136,8 @@ class CommCore final : public ProgressSource {
   // failure to join, and names the missing ranks at the timeout.
   Status wait_for_all(Store& store, const std::string& scope, const std::string& prefix);
   Status connect(Store& store, const std::string& scope);
-  // When a wait that starts now gives up (EAGERCOMM_TIMEOUT), and the error it gives.
-  Engine::Clock::time_point deadline() const;
-  Status timed_out(const Op& op) const;
+  // When a wait that starts now and lasts `timeout` (resolved) gives up.
+  static Engine::Clock::time_point deadline(std::chrono::nanoseconds timeout);
   // Makes this rank's small boxes when the transport and EAGERCOMM_SMALL_MAX_BYTES allow.
   Status make_small_boxes();
   // After every rank published: maps the peers' small boxes.
@@ -119,9 +149,25 @@ class CommCore final : public ProgressSource {
   void handle(const TransportCompletion& c, int* events);
   void dispatch(InMessage* m);
   void on_peer_exit(int peer, uint32_t low_seq);
+  void on_control(int peer, uint32_t control);
+  // `peer` takes part in no collective from sequence `from` on (0: none at all) nor in any
+  // stream; operations that need it fail with kPeerFailed and `why`.
+  void mark_gone(int peer, int64_t from, const Status& why);
+
+  // ---- Heartbeats (see the comment in comm_core.cc) ----
+  void start_watchdog();
+  void stop_watchdog();
+  void watchdog_main();
+  // Driver: sends this period's heartbeats and declares silent peers hung.
+  void heartbeat_duty();
   // Fails `op`; with tell_peers, every other rank fails it too with `status`'s message.
   // `stopped_peer` (if any) is known to have stopped using this rank's buffers already.
   void fail(Op* op, const Status& status, bool tell_peers, int stopped_peer = -1);
+  // Whether `op` is still in flight (a copy of active_ can hold operations that failing an
+  // earlier one ended).
+  bool is_active(const Op* op) const {
+    return std::find(active_.begin(), active_.end(), op) != active_.end();
+  }
   void finish(Op* op);
   void retire(Op* op);
   int send_outgoing();
@@ -177,6 +223,28 @@ class CommCore final : public ProgressSource {
   };
   std::map<OpKey, Draining> draining_;
   CoreStats stats_;
+  std::vector<Status> gone_why_;  // per peer: why it is gone (when gone_from_ >= 0)
+  std::atomic<bool> destroy_started_{false};
+  std::string abort_reason_;                                    // under watchdog_mu_
+  std::string closed_text_ = "the communicator was destroyed";  // written before closing_
+
+  // Heartbeats: 0 when off (EAGERCOMM_HEARTBEAT=0, EAGERCOMM_TIMEOUT=0, inproc worlds).
+  std::chrono::nanoseconds heartbeat_interval_{0};
+  std::chrono::nanoseconds hang_after_{0};           // silence that makes a peer hung
+  std::atomic<bool> duty_due_{false};                // set by the watchdog, cleared by the driver
+  std::vector<uint32_t> heard_;                      // driver: notifications received per peer
+  std::vector<uint32_t> heard_seen_;                 // driver: heard_ at the last duty
+  std::vector<Engine::Clock::time_point> heard_at_;  // driver: when heard_ last changed
+  Engine::Clock::time_point last_duty_at_;           // driver
+  // For timed_out() on any thread: steady-clock ns a peer was last heard at, and how many
+  // collectives it had begun by its last heartbeat.
+  std::unique_ptr<std::atomic<int64_t>[]> peer_heard_ns_;
+  std::unique_ptr<std::atomic<uint64_t>[]> peer_begun_;
+  std::thread watchdog_;
+  std::mutex watchdog_mu_;  // the watchdog's sleep only
+  std::condition_variable watchdog_cv_;
+  bool watchdog_stop_ = false;
+
   std::atomic<uint32_t> next_stream_{1};
   std::map<uint32_t, StreamHandler*> streams_;
   std::map<uint32_t, std::vector<InMessage*>> stream_unexpected_;  // before attach

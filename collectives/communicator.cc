@@ -62,18 +62,16 @@ Status Request::wait(std::chrono::nanoseconds timeout) {
   if (!op_) return Status(StatusCode::kInvalidArgument, "wait() on an empty Request");
   log_set_thread_rank(core_->rank());
   detail::Op* op = op_.get();
+  timeout = core_->resolve(timeout);
   if (!core_->engine().wait([op] { return op->done(); }, deadline_after(timeout))) {
-    return make_status(StatusCode::kTimeout, "%s #%llu on rank %d did not finish within %s",
-                       detail::describe(op->sig()).c_str(),
-                       static_cast<unsigned long long>(detail::key_seq(op->key())), core_->rank(),
-                       format_duration(timeout).c_str());
+    return core_->timed_out(*op, timeout);
   }
   return op->status();
 }
 
 Status Request::wait() {
   if (!op_) return Status(StatusCode::kInvalidArgument, "wait() on an empty Request");
-  return wait(core_->config().timeout);
+  return wait(kConfiguredTimeout);
 }
 
 // ---- Communicator ----
@@ -136,11 +134,13 @@ void Communicator::destroy() {
   if (core_) core_->destroy();
 }
 
+void Communicator::abort(const std::string& reason) {
+  if (core_) core_->abort(reason);
+}
+
 Result<Request> Communicator::submit(std::shared_ptr<detail::Op> op) {
   log_set_thread_rank(core_->rank());
-  if (core_->destroyed()) {
-    return Status(StatusCode::kAborted, "the communicator was destroyed");
-  }
+  if (core_->destroyed()) return core_->closed_status();
   const Status precheck = op->precheck_error;
   core_->submit(op);
   if (!precheck.ok()) {
@@ -197,17 +197,18 @@ Result<Request> Communicator::allreduce_async(const void* send, void* recv, size
 }
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
-                               ReduceOp op) {
+                               ReduceOp op, std::chrono::nanoseconds timeout) {
   Status precheck;
   const OpSignature sig = allreduce_signature(*core_, send, recv, count, type, op, &precheck);
   if (!precheck.ok() || sig.reserved != static_cast<uint8_t>(Algo::kSmall)) {
-    EC_ASSIGN_OR_RETURN(Request req, allreduce_async(send, recv, count, type, op));
-    return req.wait();
+    std::shared_ptr<detail::Op> o = detail::make_allreduce(sig, send, recv);
+    o->precheck_error = precheck;
+    return run_blocking(std::move(o), timeout);
   }
   // The latency path: a small blocking call reuses one operation object (no allocation) and
   // begins and drives it on this thread (no submission queue, no wake-up of another driver).
   log_set_thread_rank(core_->rank());
-  if (core_->destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+  if (core_->destroyed()) return core_->closed_status();
   std::shared_ptr<detail::Op> o;
   if (!spare_busy_.exchange(true, std::memory_order_acquire)) {
     if (spare_small_ && spare_small_.use_count() == 1) {
@@ -220,7 +221,7 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DataT
   } else {
     o = detail::make_small_allreduce(sig, send, recv);  // another thread holds the spare
   }
-  return core_->run_inline(std::move(o));
+  return core_->run_inline(std::move(o), timeout);
 }
 
 Result<Request> Communicator::broadcast_async(void* buf, size_t count, DataType type, int root) {
@@ -250,9 +251,10 @@ Result<Request> Communicator::broadcast_async(void* buf, size_t count, DataType 
   return submit(std::move(o));
 }
 
-Status Communicator::broadcast(void* buf, size_t count, DataType type, int root) {
+Status Communicator::broadcast(void* buf, size_t count, DataType type, int root,
+                               std::chrono::nanoseconds timeout) {
   EC_ASSIGN_OR_RETURN(Request req, broadcast_async(buf, count, type, root));
-  return req.wait();
+  return finish_blocking(req, timeout);
 }
 
 Result<Request> Communicator::allgather_async(const void* send, void* recv, size_t count,
@@ -286,9 +288,10 @@ Result<Request> Communicator::allgather_async(const void* send, void* recv, size
   return submit(std::move(o));
 }
 
-Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type) {
+Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type,
+                               std::chrono::nanoseconds timeout) {
   EC_ASSIGN_OR_RETURN(Request req, allgather_async(send, recv, count, type));
-  return req.wait();
+  return finish_blocking(req, timeout);
 }
 
 Result<Request> Communicator::barrier_async() {
@@ -298,9 +301,23 @@ Result<Request> Communicator::barrier_async() {
   return submit(detail::make_barrier(sig));
 }
 
-Status Communicator::barrier() {
+Status Communicator::barrier(std::chrono::nanoseconds timeout) {
   EC_ASSIGN_OR_RETURN(Request req, barrier_async());
-  return req.wait();
+  return finish_blocking(req, timeout);
+}
+
+Status Communicator::run_blocking(std::shared_ptr<detail::Op> op,
+                                  std::chrono::nanoseconds timeout) {
+  log_set_thread_rank(core_->rank());
+  return core_->run(std::move(op), true, timeout);
+}
+
+Status Communicator::finish_blocking(Request& req, std::chrono::nanoseconds timeout) {
+  timeout = core_->resolve(timeout);
+  Status s = req.wait(timeout);
+  if (s.code() != StatusCode::kTimeout || req.ready()) return s;
+  // A blocking call returns only when the operation no longer uses the caller's buffers.
+  return core_->abandon(*req.op_, timeout);
 }
 
 CommunicatorStats Communicator::stats() const {

@@ -15,6 +15,19 @@
 // with wrong data. Several collectives may be in flight at once; they complete independently.
 // Buffers must stay valid and unmodified (inputs) until the request completes.
 //
+// Timeouts: every blocking call takes a last argument `timeout` (default kConfiguredTimeout:
+// EAGERCOMM_TIMEOUT; 0: forever). When a blocking collective times out it is abandoned on every
+// rank (the peers' calls fail with this rank's report rather than waiting for it; a peer that
+// already holds all of this rank's data, as with small allreduces, may still complete it), its
+// buffers are free to reuse, and the kTimeout error names the ranks that had not started it and
+// those that went silent, as of their last heartbeats (EAGERCOMM_HEARTBEAT). Request::wait(timeout)
+// on the other hand only stops waiting: the operation keeps running.
+//
+// Failures: a peer that dies (its process ends, the transport loses it) or hangs (nothing heard
+// from it for EAGERCOMM_TIMEOUT: stopped, deadlocked, unreachable) fails every pending and later
+// operation that needs it with kPeerFailed naming it. A peer that is only slow (alive, its
+// heartbeats arrive) is waited for until the call's timeout.
+//
 // Threading: a Communicator may be used from several threads, but the order of collective
 // calls must be the same on every rank, which is only well defined when one thread calls them
 // (or the threads order their calls). wait() drives progress on the calling thread; with
@@ -54,7 +67,8 @@ class Request {
   // progress pass when no other thread is driving.
   Status test();
   // Blocks until the operation finishes (its Status) or `timeout` passes (kTimeout; the
-  // operation keeps running and may be waited for again).
+  // operation keeps running and may be waited for again). kConfiguredTimeout: EAGERCOMM_TIMEOUT;
+  // 0 or less otherwise: forever.
   Status wait(std::chrono::nanoseconds timeout);
   // wait() with EAGERCOMM_TIMEOUT (0: forever).
   Status wait();
@@ -114,24 +128,32 @@ class Communicator {
   // `count` elements; any count, including 0.
   Result<Request> allreduce_async(const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op);
-  Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                   std::chrono::nanoseconds timeout = kConfiguredTimeout);
 
   // buf on every rank = buf on `root`.
   Result<Request> broadcast_async(void* buf, size_t count, DataType type, int root);
-  Status broadcast(void* buf, size_t count, DataType type, int root);
+  Status broadcast(void* buf, size_t count, DataType type, int root,
+                   std::chrono::nanoseconds timeout = kConfiguredTimeout);
 
   // recv (size * count elements) = the concatenation of every rank's send (count elements),
   // in rank order. send == recv + rank * count (in bytes of type) is in place.
   Result<Request> allgather_async(const void* send, void* recv, size_t count, DataType type);
-  Status allgather(const void* send, void* recv, size_t count, DataType type);
+  Status allgather(const void* send, void* recv, size_t count, DataType type,
+                   std::chrono::nanoseconds timeout = kConfiguredTimeout);
 
   Result<Request> barrier_async();
-  Status barrier();
+  Status barrier(std::chrono::nanoseconds timeout = kConfiguredTimeout);
 
   // Fails every pending request with kAborted, tells the peers (their collectives that need
   // this rank fail with kPeerFailed instead of hanging) and releases the transport. Later
   // calls return kAborted. Idempotent; the destructor calls it.
   void destroy();
+  // destroy() from any thread, for a reason: threads blocked in this communicator's calls
+  // return at once with kAborted carrying `reason`, later calls fail the same way, and the
+  // peers' operations in flight fail with kPeerFailed quoting it. For watchdogs and signal-free
+  // shutdown paths (not async-signal-safe). Idempotent.
+  void abort(const std::string& reason = "");
 
   // Counters, read consistently with the engine.
   CommunicatorStats stats() const;
@@ -152,6 +174,9 @@ class Communicator {
   std::unique_ptr<Store> store_;
   std::shared_ptr<void> store_server_;
   Result<Request> submit(std::shared_ptr<detail::Op> op);
+  // Blocking calls: run `op` to the end, or abandon it at the timeout (CommCore::abandon).
+  Status run_blocking(std::shared_ptr<detail::Op> op, std::chrono::nanoseconds timeout);
+  Status finish_blocking(Request& req, std::chrono::nanoseconds timeout);
   std::shared_ptr<detail::CommCore> core_;
   // The operation object blocking small allreduces reuse, and who is rearming it.
   std::shared_ptr<detail::Op> spare_small_;

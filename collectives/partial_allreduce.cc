@@ -381,6 +381,7 @@ Result<std::optional<RoundResult>> PartialAllreduce::poll() {
 Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout) {
   PartialShared& s = *shared_;
   log_set_thread_rank(s.rank);
+  timeout = core_->resolve(timeout);
   const auto deadline = timeout > std::chrono::nanoseconds::zero()
                             ? Engine::Clock::now() + timeout
                             : Engine::Clock::time_point::max();
@@ -403,15 +404,18 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout) {
         },
         deadline);
     if (!ready) {
-      return make_status(StatusCode::kTimeout,
-                         "partial allreduce: round %llu did not complete on rank %d within %s",
-                         static_cast<unsigned long long>(consumed_), s.rank,
-                         format_duration(timeout).c_str());
+      Status late =
+          make_status(StatusCode::kTimeout,
+                      "partial allreduce: round %llu did not complete on rank %d within %s%s",
+                      static_cast<unsigned long long>(consumed_), s.rank,
+                      format_duration(timeout).c_str(), core_->silent_report().c_str());
+      last_timeout_ = late.message();  // the peers hear it if this rank then gives up
+      return late;
     }
   }
 }
 
-Result<RoundResult> PartialAllreduce::wait() { return wait(core_->config().timeout); }
+Result<RoundResult> PartialAllreduce::wait() { return wait(kConfiguredTimeout); }
 
 Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)>& apply) {
   PartialShared& s = *shared_;
@@ -488,8 +492,12 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
 void PartialAllreduce::destroy() {
   if (!shared_ || shared_->closed.exchange(true, std::memory_order_acq_rel)) return;
   detail::PartialStream* stream = stream_.get();
-  core_->engine().run_exclusive(
-      [stream] { stream->close(Status(StatusCode::kAborted, "partial allreduce: destroyed")); });
+  // A rank that leaves after a timeout tells the peers what it was waiting for: their errors
+  // then name the rank that held everybody up, not only this messenger.
+  const Status why(StatusCode::kAborted,
+                   last_timeout_.empty() ? std::string("partial allreduce: destroyed")
+                                         : "partial allreduce: destroyed after: " + last_timeout_);
+  core_->engine().run_exclusive([stream, &why] { stream->close(why); });
   core_->detach_stream(shared_->stream);
   core_->engine().notify_waiters();
 }

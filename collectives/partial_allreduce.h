@@ -52,9 +52,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -207,6 +207,7 @@ class PartialAllreduce {
   std::atomic<bool> posting_{false};
   uint64_t last_post_round_ = UINT64_MAX;  // the round this rank's latest post landed in
   uint64_t arrived_round_ = UINT64_MAX;    // the round wait() last announced arrival for
+  std::string last_timeout_;               // the last wait()'s timeout, told to peers on destroy
 };
 
 }  // namespace eagercomm

@@ -69,16 +69,24 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
         reevaluate();
       }
       return;
-    case MsgKind::kStreamClosed:
+    case MsgKind::kStreamClosed: {
+      // The notice carries why the peer stopped (another rank's death, say): that is the cause
+      // this rank's error should name, not the messenger.
+      const std::string cause(reinterpret_cast<const char*>(m->payload),
+                              std::min<size_t>(m->payload_bytes, 1024));
       core_.release(m);
       peer_closed_[peer] = true;
-      break_from(h.a,
-                 make_status(StatusCode::kPeerFailed,
-                             "partial allreduce: rank %d stopped taking part before round "
-                             "%llu (it destroyed the object or its communicator)",
-                             peer, static_cast<unsigned long long>(h.a)),
-                 h.b);
+      break_from(
+          h.a,
+          make_status(StatusCode::kPeerFailed,
+                      "partial allreduce: rank %d stopped taking part before round "
+                      "%llu (%s)%s",
+                      peer, static_cast<unsigned long long>(h.a),
+                      cause.empty() ? "it destroyed the object or its communicator" : cause.c_str(),
+                      core_.silent_report().c_str()),
+          h.b);
       return;
+    }
     default:
       break;
   }
@@ -363,8 +371,10 @@ void PartialStream::close(const Status& why) {
   h.kind = static_cast<uint32_t>(MsgKind::kStreamClosed);
   h.a = from;
   h.b = shared_->flushes_joined.load(std::memory_order_acquire);
+  const bool broken = broken_from_ != std::numeric_limits<uint64_t>::max();
+  const Status& cause = broken ? broken_why_ : why;
   for (int peer = 0; peer < P_; ++peer) {
-    if (peer != r_) core_.send_header(peer, h);
+    if (peer != r_) core_.send_text(peer, h, cause.message());
   }
   arrivals_.clear();
   break_from(from, why);

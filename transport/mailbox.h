@@ -118,6 +118,8 @@ class Mailbox {
   bool flush();
   // True while sends wait for room at a peer (flush() must be called again).
   bool has_deferred() const;
+  // The same for sends to `peer` alone: true while it is not taking what it is sent.
+  bool has_deferred(int peer) const { return !peers_[peer].deferred.empty(); }
   // Sends the credits that release() kept back; true if it sent any. The engine calls it when
   // a progress pass found nothing else to do, so credits leave off the critical path of the
   // operation that released them.

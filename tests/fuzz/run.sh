@@ -4,7 +4,8 @@
 # tests/fuzz/corpus/<target>. New inputs go to a scratch corpus, crashes to build/fuzz/crashes/;
 # exits non-zero on the first target that crashes, leaks or hangs (with the input that did it).
 #
-# usage: tests/fuzz/run.sh [target ...]   (default: verbs_wire config store)
+# usage: tests/fuzz/run.sh [target ...]
+#        (default: verbs_wire config store shm_key inproc_key ucx_wire mailbox)
 # env:   FUZZ_SECONDS, FUZZ_JOBS (parallel workers per target, default 1)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -12,7 +13,8 @@ cd "$here"
 command -v clang++ >/dev/null || { echo "fuzz: clang++ missing (apt-get install clang)" >&2; exit 2; }
 secs=${FUZZ_SECONDS:-60}
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(verbs_wire config store)
+all=(verbs_wire config store shm_key inproc_key ucx_wire mailbox)
+[[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz
@@ -23,7 +25,7 @@ trap 'rm -rf "$scratch"' EXIT
 
 for t in "${targets[@]}"; do
   bin=$here/build/fuzz/tests/fuzz/fuzz_$t
-  [[ -x $bin ]] || { echo "fuzz: no target '$t' (have: verbs_wire config store)" >&2; exit 2; }
+  [[ -x $bin ]] || { echo "fuzz: no target '$t' (have: ${all[*]})" >&2; exit 2; }
   mkdir -p "$scratch/$t"
   extra=()
   # The store's server thread frees a connection's buffers after the input that opened it has

@@ -1,0 +1,183 @@
+// Per-call timeouts, the straggler report and Communicator::abort(), with ranks as threads.
+// (Stopped and killed processes are tests/faults_test.sh's.)
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "runtime/store.h"
+#include "tests/world_harness.h"
+
+namespace eagercomm::test {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+bool contains(const Status& s, const std::string& text) {
+  return s.message().find(text) != std::string::npos;
+}
+
+// Ranks as threads over shm (not inproc): heartbeats run there, so timeouts can report who had
+// not arrived.
+std::vector<std::unique_ptr<Communicator>> shm_world(int size, const Config& config,
+                                                     const std::string& scope) {
+  HashStore store;
+  std::vector<std::unique_ptr<Communicator>> comms(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      CommunicatorOptions opts;
+      opts.config = &config;
+      opts.scope = scope;
+      auto c = Communicator::create(store, r, size, opts);
+      EXPECT_TRUE(c.ok()) << c.status().to_string();
+      if (c.ok()) comms[r] = std::move(c).value();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return comms;
+}
+
+TEST(Timeouts, ABlockingCollectiveThatTimesOutIsAbandonedOnEveryRank) {
+  auto w = World::make(2, test_config());
+  ASSERT_EQ(w->size(), 2);
+  // 3000 floats: above the small boxes, whose peers may complete from data already deposited.
+  std::vector<float> x(3000, 1.0f), y(3000, 2.0f);
+  // Rank 1 is not there: rank 0 gives up after its own 200 ms, not EAGERCOMM_TIMEOUT.
+  const auto start = std::chrono::steady_clock::now();
+  Status s = (*w)[0].allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum,
+                               milliseconds(200));
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
+  EXPECT_TRUE(contains(s, "within 200ms")) << s.to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(30));
+  EXPECT_EQ(x[0], 1.0f);  // nothing was written after the call returned
+  // Rank 1 arrives late: the abandoned collective fails there too, with rank 0's report.
+  Status late = (*w)[1].allreduce(y.data(), y.data(), y.size(), DataType::kFloat32, ReduceOp::kSum,
+                                  seconds(60));
+  EXPECT_EQ(late.code(), StatusCode::kTimeout) << late.to_string();
+  EXPECT_TRUE(contains(late, "rank 0 reported")) << late.to_string();
+  // The communicator goes on: the next collective works everywhere.
+  w->run([](int r, Communicator& c) {
+    std::vector<int32_t> v(100, r + 1);
+    Status ok = c.allreduce(v.data(), v.data(), v.size(), DataType::kInt32, ReduceOp::kSum);
+    EXPECT_TRUE(ok.ok()) << ok.to_string();
+    EXPECT_EQ(v[99], 3);
+  });
+}
+
+TEST(Timeouts, EveryBlockingCallTakesItsOwnTimeout) {
+  auto w = World::make(2, test_config());
+  ASSERT_EQ(w->size(), 2);
+  Communicator& c = (*w)[0];
+  std::vector<float> x(64, 1.0f), all(128);
+  EXPECT_EQ(c.broadcast(x.data(), x.size(), DataType::kFloat32, 1, milliseconds(100)).code(),
+            StatusCode::kTimeout);
+  EXPECT_EQ(
+      c.allgather(x.data(), all.data(), x.size(), DataType::kFloat32, milliseconds(100)).code(),
+      StatusCode::kTimeout);
+  EXPECT_EQ(c.barrier(milliseconds(100)).code(), StatusCode::kTimeout);
+  // A small allreduce (the inline path) as well.
+  EXPECT_EQ(
+      c.allreduce(x.data(), x.data(), 4, DataType::kFloat32, ReduceOp::kSum, milliseconds(100))
+          .code(),
+      StatusCode::kTimeout);
+  // Rank 1 makes the same calls: each fails with rank 0's report, none waits for long.
+  Communicator& d = (*w)[1];
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(d.broadcast(x.data(), x.size(), DataType::kFloat32, 1, seconds(60)).ok());
+  EXPECT_FALSE(d.allgather(x.data(), all.data(), x.size(), DataType::kFloat32, seconds(60)).ok());
+  EXPECT_FALSE(d.barrier(seconds(60)).ok());
+  EXPECT_FALSE(
+      d.allreduce(x.data(), x.data(), 4, DataType::kFloat32, ReduceOp::kSum, seconds(60)).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(30));
+  w->run([](int, Communicator& comm) { EXPECT_TRUE(comm.barrier().ok()); });
+}
+
+TEST(Timeouts, TheErrorNamesTheRanksThatHadNotStarted) {
+  Config config = test_config({{"EAGERCOMM_TRANSPORT", "shm"}, {"EAGERCOMM_HEARTBEAT", "100ms"}});
+  auto comms = shm_world(3, config, "straggler" + std::to_string(getpid()));
+  ASSERT_TRUE(comms[0] && comms[1] && comms[2]);
+  // Heartbeats carry how far each rank got; give them time to arrive.
+  std::this_thread::sleep_for(milliseconds(400));
+  std::vector<float> x(2048, 1.0f);
+  Status s0, s1;
+  std::thread t1([&] {
+    std::vector<float> y(2048, 1.0f);
+    s1 = comms[1]->allreduce(y.data(), y.data(), y.size(), DataType::kFloat32, ReduceOp::kSum,
+                             seconds(2));
+  });
+  s0 = comms[0]->allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum,
+                           seconds(2));
+  t1.join();
+  for (const Status* s : {&s0, &s1}) {
+    EXPECT_EQ(s->code(), StatusCode::kTimeout) << s->to_string();
+  }
+  // Rank 2 never called; it is alive (its heartbeats arrive), so it is a straggler.
+  EXPECT_TRUE(contains(s0, "had not started it: rank 2 (alive, no collective started yet)") ||
+              contains(s0, "rank 1 reported"))
+      << s0.to_string();
+  EXPECT_TRUE(contains(s0, "rank 2 (alive") || contains(s1, "rank 2 (alive"))
+      << s0.to_string() << " / " << s1.to_string();
+  for (auto& c : comms) c->destroy();
+}
+
+TEST(Abort, FromAnotherThreadUnblocksTheWaiterWithTheReason) {
+  auto w = World::make(2, test_config());
+  ASSERT_EQ(w->size(), 2);
+  std::vector<float> x(3000, 1.0f);
+  Status waited;
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    // No timeout: only abort() can end this wait (rank 1 does not call).
+    waited = (*w)[0].allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum,
+                               std::chrono::nanoseconds(0));
+    returned = true;
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(returned.load());
+  // Several threads abort at once: one does it, every call returns once it is done.
+  std::vector<std::thread> aborters;
+  for (int i = 0; i < 3; ++i) {
+    aborters.emplace_back([&] { (*w)[0].abort("the operator pressed stop"); });
+  }
+  for (auto& t : aborters) t.join();
+  waiter.join();
+  EXPECT_EQ(waited.code(), StatusCode::kAborted) << waited.to_string();
+  EXPECT_TRUE(contains(waited, "the operator pressed stop")) << waited.to_string();
+  // Later calls fail the same way, at once.
+  Status later = (*w)[0].barrier();
+  EXPECT_EQ(later.code(), StatusCode::kAborted);
+  EXPECT_TRUE(contains(later, "the operator pressed stop")) << later.to_string();
+  EXPECT_FALSE(
+      (*w)[0].allreduce_async(x.data(), x.data(), 4, DataType::kFloat32, ReduceOp::kSum).ok());
+  // The peer learns that rank 0 is gone instead of waiting for it.
+  std::vector<float> y(3000, 1.0f);
+  Status peer = (*w)[1].allreduce(y.data(), y.data(), y.size(), DataType::kFloat32, ReduceOp::kSum,
+                                  seconds(60));
+  EXPECT_EQ(peer.code(), StatusCode::kPeerFailed) << peer.to_string();
+  EXPECT_TRUE(contains(peer, "rank 0")) << peer.to_string();
+  (*w)[0].abort("again");  // idempotent
+  (*w)[0].destroy();
+}
+
+TEST(Abort, ReachesTheWaitersOfAsyncRequests) {
+  auto w = World::make(3, test_config());
+  ASSERT_EQ(w->size(), 3);
+  std::vector<float> x(1000, 1.0f);
+  auto req =
+      (*w)[2].allreduce_async(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+  ASSERT_TRUE(req.ok());
+  Status waited;
+  std::thread waiter([&] { waited = req.value().wait(std::chrono::nanoseconds(0)); });
+  std::this_thread::sleep_for(milliseconds(50));
+  (*w)[2].abort("shutting down");
+  waiter.join();
+  EXPECT_EQ(waited.code(), StatusCode::kAborted);
+  EXPECT_TRUE(contains(waited, "shutting down")) << waited.to_string();
+}
+
+}  // namespace
+}  // namespace eagercomm::test
