@@ -1,0 +1,389 @@
+// eagercomm._core: the Python binding of the C++ API (communicators, collectives, partial
+// allreduce). python/eagercomm/__init__.py re-exports it; docs/EMBEDDING.md describes it.
+//
+// Blocking calls release the GIL while they wait, so other Python threads run (and may call
+// abort()). Buffers are used in place (py_buffers.h) and referenced (BufferRef) for the whole
+// call; a collective that times out is abandoned on every rank, so nothing touches them after.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>  // std::optional arguments and results
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "capi/eagercomm.h"
+#include "collectives/communicator.h"
+#include "collectives/partial_allreduce.h"
+#include "python/py_buffers.h"
+#include "python/py_errors.h"
+
+namespace eagercomm::py {
+namespace {
+
+namespace pyb = pybind11;
+using namespace pybind11::literals;
+
+// The C++ timeout argument for `timeout` in seconds: None is EAGERCOMM_TIMEOUT
+// (kConfiguredTimeout), math.inf forever (0).
+std::chrono::nanoseconds timeout_of(const std::optional<double>& timeout) {
+  if (!timeout) return kConfiguredTimeout;
+  const double s = *timeout;
+  if (std::isnan(s) || s <= 0) {
+    raise_value_error("timeout " + pyb::repr(pyb::float_(s)).cast<std::string>() +
+                      " is not a positive number of seconds (None: EAGERCOMM_TIMEOUT, "
+                      "math.inf: forever)");
+  }
+  if (std::isinf(s) || s > 1e9) return std::chrono::nanoseconds::zero();
+  return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
+}
+
+ReduceOp op_of(const std::string& name) {
+  Result<ReduceOp> op = parse_reduce_op(name);
+  if (!op.ok()) raise_value_error(op.status().message());
+  return op.value();
+}
+
+std::string describe(const BufferRef& b) {
+  return std::to_string(b.count()) + " x " + long_dtype_name(b.type());
+}
+
+// ---- Communicator ----
+
+class PyComm {
+ public:
+  explicit PyComm(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+
+  static std::unique_ptr<PyComm> from_env() {
+    Result<std::unique_ptr<Communicator>> comm = [] {
+      pyb::gil_scoped_release nogil;
+      return Communicator::from_env();
+    }();
+    check(comm.status());
+    return std::make_unique<PyComm>(std::move(comm).value());
+  }
+
+  Communicator& comm() { return *comm_; }
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  std::string transport() const { return comm_->transport_name(); }
+
+  pyb::object allreduce(pyb::handle send, pyb::handle recv, const std::string& op,
+                        std::optional<double> timeout) {
+    const ReduceOp redop = op_of(op);
+    const std::chrono::nanoseconds t = timeout_of(timeout);
+    const bool in_place = recv.is_none();
+    auto s = BufferRef::get(send, in_place ? "buffer" : "send", in_place);
+    std::unique_ptr<BufferRef> r;
+    if (!in_place) {
+      r = BufferRef::get(recv, "recv", true);
+      if (r->type() != s->type()) {
+        raise_type_error("allreduce: recv holds " + std::string(long_dtype_name(r->type())) +
+                         " but send holds " + long_dtype_name(s->type()));
+      }
+      if (r->count() != s->count()) {
+        raise_value_error("allreduce: recv holds " + std::to_string(r->count()) +
+                          " elements but send holds " + std::to_string(s->count()));
+      }
+    }
+    const void* in = s->data();
+    void* out = in_place ? s->data() : r->data();
+    Status status;
+    {
+      pyb::gil_scoped_release nogil;
+      status = comm_->allreduce(in, out, s->count(), s->type(), redop, t);
+    }
+    check(status);
+    return in_place ? s->object() : r->object();
+  }
+
+  pyb::object broadcast(pyb::handle buf, int root, std::optional<double> timeout) {
+    const std::chrono::nanoseconds t = timeout_of(timeout);
+    auto b = BufferRef::get(buf, "buffer", true);
+    Status status;
+    {
+      pyb::gil_scoped_release nogil;
+      status = comm_->broadcast(b->data(), b->count(), b->type(), root, t);
+    }
+    check(status);
+    return b->object();
+  }
+
+  pyb::object allgather(pyb::handle send, pyb::handle recv, std::optional<double> timeout) {
+    const std::chrono::nanoseconds t = timeout_of(timeout);
+    auto s = BufferRef::get(send, "send", false);
+    auto r = BufferRef::get(recv, "recv", true);
+    if (r->type() != s->type()) {
+      raise_type_error("allgather: recv holds " + std::string(long_dtype_name(r->type())) +
+                       " but send holds " + long_dtype_name(s->type()));
+    }
+    const size_t want = s->count() * static_cast<size_t>(size());
+    if (r->count() != want) {
+      raise_value_error("allgather: recv holds " + std::to_string(r->count()) +
+                        " elements but must hold size x len(send) = " + std::to_string(size()) +
+                        " x " + std::to_string(s->count()) + " = " + std::to_string(want));
+    }
+    Status status;
+    {
+      pyb::gil_scoped_release nogil;
+      status = comm_->allgather(s->data(), r->data(), s->count(), s->type(), t);
+    }
+    check(status);
+    return r->object();
+  }
+
+  void barrier(std::optional<double> timeout) {
+    const std::chrono::nanoseconds t = timeout_of(timeout);
+    Status status;
+    {
+      pyb::gil_scoped_release nogil;
+      status = comm_->barrier(t);
+    }
+    check(status);
+  }
+
+  void abort(const std::string& reason) {
+    pyb::gil_scoped_release nogil;
+    comm_->abort(reason);
+  }
+
+  void destroy() {
+    pyb::gil_scoped_release nogil;
+    comm_->destroy();
+  }
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+};
+
+// ---- PartialAllreduce ----
+
+struct PyRound {
+  uint64_t round = 0;
+  int fresh_count = 0;
+  int contributors = 0;
+  int max_age = 0;
+  pyb::object data;
+};
+
+PyRound round_of(const RoundResult& r, pyb::object data) {
+  PyRound out;
+  out.round = r.round();
+  out.fresh_count = r.fresh_count();
+  out.contributors = r.contributors();
+  out.max_age = r.max_age();
+  out.data = std::move(data);
+  return out;
+}
+
+// A new numpy array holding the round's sum (bfloat16: its bits, as uint16). Needs the GIL.
+pyb::object new_array(const RoundResult& r) {
+  pyb::array a(pyb::dtype(numpy_format(r.type())),
+               std::vector<pyb::ssize_t>{static_cast<pyb::ssize_t>(r.count())});
+  if (r.count() > 0) std::memcpy(a.mutable_data(), r.data(), r.count() * dtype_size(r.type()));
+  return a;
+}
+
+class PyPartial {
+ public:
+  PyPartial(pyb::object comm, size_t count, pyb::handle dtype, const std::string& mode,
+            const std::string& late, uint32_t sync_every, uint64_t seed, uint32_t result_depth)
+      : comm_ref_(std::move(comm)) {
+    PyComm& c = comm_ref_.cast<PyComm&>();
+    const DataType type = dtype_from_python(dtype);
+    Result<PartialMode> m = parse_partial_mode(mode);
+    if (!m.ok()) raise_value_error("mode: " + m.status().message());
+    PartialOptions options;
+    if (late == "carry") {
+      options.late = LatePolicy::kCarry;
+    } else if (late == "drop") {
+      options.late = LatePolicy::kDrop;
+    } else {
+      raise_value_error("late '" + late + "' is neither 'carry' nor 'drop'");
+    }
+    options.sync_every = sync_every;
+    options.seed = seed;
+    options.result_depth = result_depth;
+    Result<std::unique_ptr<PartialAllreduce>> pa = [&] {
+      pyb::gil_scoped_release nogil;
+      return PartialAllreduce::create(c.comm(), count, type, m.value(), options);
+    }();
+    check(pa.status());
+    pa_ = std::move(pa).value();
+  }
+
+  void post(pyb::handle gradient) {
+    auto g = BufferRef::get(gradient, "gradient", false);
+    check_layout(*g, "post");
+    pyb::gil_scoped_release nogil;
+    const Status s = pa_->post(g->data(), g->count(), g->type());
+    pyb::gil_scoped_acquire gil;
+    check(s);
+  }
+
+  std::optional<PyRound> poll(pyb::handle out) {
+    std::unique_ptr<BufferRef> o = out_buffer(out);
+    Result<std::optional<RoundResult>> r = [&] {
+      pyb::gil_scoped_release nogil;
+      return pa_->poll();
+    }();
+    check(r.status());
+    if (!r.value()) return std::nullopt;
+    return hand_back(*r.value(), std::move(o));
+  }
+
+  PyRound wait(pyb::handle out, std::optional<double> timeout) {
+    std::unique_ptr<BufferRef> o = out_buffer(out);
+    const std::chrono::nanoseconds t = timeout_of(timeout);
+    Result<RoundResult> r = [&] {
+      pyb::gil_scoped_release nogil;
+      // PartialAllreduce::wait(timeout) takes 0 for forever but knows no kConfiguredTimeout.
+      return t == kConfiguredTimeout ? pa_->wait() : pa_->wait(t);
+    }();
+    check(r.status());
+    return hand_back(r.value(), std::move(o));
+  }
+
+  // Rounds go to `callback(Round)` (data: a new numpy array), on this thread with the GIL. An
+  // exception from the callback stops the deliveries (flush still completes: the other ranks
+  // depend on it) and is raised afterwards.
+  uint64_t flush(pyb::object callback) {
+    std::optional<pyb::error_already_set> failed;
+    Result<uint64_t> round = [&] {
+      pyb::gil_scoped_release nogil;
+      return pa_->flush([&](RoundResult&& r) {
+        if (callback.is_none()) return;
+        pyb::gil_scoped_acquire gil;
+        if (failed) return;
+        try {
+          callback(round_of(r, new_array(r)));
+        } catch (pyb::error_already_set& e) {
+          failed = std::move(e);
+        }
+      });
+    }();
+    if (failed) throw std::move(*failed);
+    check(round.status());
+    return round.value();
+  }
+
+  void destroy() {
+    pyb::gil_scoped_release nogil;
+    pa_->destroy();
+  }
+
+  size_t count() const { return pa_->count(); }
+  std::string dtype() const { return long_dtype_name(pa_->type()); }
+  std::string mode() const { return pa_->mode().name(); }
+  pyb::dict stats() const {
+    const PartialStats s = pa_->stats();
+    return pyb::dict("posts"_a = s.posts, "late_posts"_a = s.late_posts,
+                     "dropped_posts"_a = s.dropped_posts, "rounds_activated"_a = s.rounds_activated,
+                     "rounds_delivered"_a = s.rounds_delivered);
+  }
+
+ private:
+  void check_layout(const BufferRef& b, const char* call) const {
+    if (b.type() != pa_->type()) {
+      raise_type_error(std::string(call) + ": " + b.what() + " holds " + long_dtype_name(b.type()) +
+                       " but the partial allreduce holds " + long_dtype_name(pa_->type()));
+    }
+    if (b.count() != pa_->count()) {
+      raise_value_error(std::string(call) + ": " + b.what() + " holds " + describe(b) +
+                        " but the partial allreduce holds " + std::to_string(pa_->count()) + " x " +
+                        long_dtype_name(pa_->type()));
+    }
+  }
+
+  // Checked before a round is taken, so that a bad `out` never costs a result.
+  std::unique_ptr<BufferRef> out_buffer(pyb::handle out) {
+    if (out.is_none()) return nullptr;
+    auto o = BufferRef::get(out, "out", true);
+    check_layout(*o, "out");
+    return o;
+  }
+
+  PyRound hand_back(const RoundResult& r, std::unique_ptr<BufferRef> out) {
+    if (!out) return round_of(r, new_array(r));
+    if (r.count() > 0) std::memcpy(out->data(), r.data(), r.count() * dtype_size(r.type()));
+    return round_of(r, out->object());
+  }
+
+  pyb::object comm_ref_;  // the communicator outlives its partial allreduces
+  std::unique_ptr<PartialAllreduce> pa_;
+};
+
+}  // namespace
+}  // namespace eagercomm::py
+
+PYBIND11_MODULE(_core, m) {
+  namespace pyb = pybind11;
+  using namespace eagercomm::py;
+  using pyb::arg;
+  m.doc() = "eagercomm's runtime: communicators, collectives and partial allreduce.";
+  m.attr("__version__") = EAGERCOMM_VERSION_STRING;
+  m.attr("ABI_VERSION") = EAGERCOMM_ABI_VERSION;
+  register_errors(m);
+
+  pyb::class_<PyComm>(m, "Communicator",
+                      "One rank's handle on a group of ranks (eagercomm::Communicator).")
+      .def_static("from_env", &PyComm::from_env,
+                  "Joins the job this process was started in (eagercomm-run, torchrun, mpirun, "
+                  "srun).")
+      .def_property_readonly("rank", &PyComm::rank)
+      .def_property_readonly("size", &PyComm::size)
+      .def_property_readonly("transport", &PyComm::transport)
+      .def("allreduce", &PyComm::allreduce, arg("send"), arg("recv") = pyb::none(),
+           arg("op") = "sum", arg("timeout") = pyb::none(),
+           "recv = op over ranks of send (in place when recv is None); returns recv.")
+      .def("broadcast", &PyComm::broadcast, arg("buf"), arg("root"), arg("timeout") = pyb::none(),
+           "buf on every rank = buf on root; returns buf.")
+      .def("allgather", &PyComm::allgather, arg("send"), arg("recv"), arg("timeout") = pyb::none(),
+           "recv (size x len(send) elements) = every rank's send in rank order; returns recv.")
+      .def("barrier", &PyComm::barrier, arg("timeout") = pyb::none())
+      .def("abort", &PyComm::abort, arg("reason") = "",
+           "destroy() from any thread: calls blocked in this communicator and later ones raise "
+           "AbortedError carrying `reason`; the peers' operations in flight fail with "
+           "PeerFailedError.")
+      .def("destroy", &PyComm::destroy, "Leaves the job; later calls raise AbortedError.")
+      .def("__enter__", [](pyb::object self) { return self; })
+      .def("__exit__", [](PyComm& self, pyb::args) { self.destroy(); });
+
+  pyb::class_<PyRound>(m, "Round", "One completed round of a partial allreduce.")
+      .def_readonly("round", &PyRound::round)
+      .def_readonly("fresh_count", &PyRound::fresh_count)
+      .def_readonly("contributors", &PyRound::contributors)
+      .def_readonly("max_age", &PyRound::max_age)
+      .def_readonly("data", &PyRound::data)
+      .def("__repr__", [](const PyRound& r) {
+        return "<eagercomm.Round " + std::to_string(r.round) + ": " +
+               std::to_string(r.fresh_count) + " fresh, " + std::to_string(r.contributors) +
+               " contributors, max age " + std::to_string(r.max_age) + ">";
+      });
+
+  pyb::class_<PyPartial>(m, "PartialAllreduce",
+                         "Partial allreduce (eager-SGD): collective creation, then post / poll "
+                         "/ wait at each rank's own pace, flush at the end.")
+      .def(pyb::init<pyb::object, size_t, pyb::handle, const std::string&, const std::string&,
+                     uint32_t, uint64_t, uint32_t>(),
+           arg("comm"), arg("count"), arg("dtype"), arg("mode") = "solo", arg("late") = "carry",
+           arg("sync_every") = 0, arg("seed") = 0, arg("result_depth") = 4)
+      .def("post", &PyPartial::post, arg("gradient"))
+      .def("poll", &PyPartial::poll, arg("out") = pyb::none(), "The next completed Round, or None.")
+      .def("wait", &PyPartial::wait, arg("out") = pyb::none(), arg("timeout") = pyb::none(),
+           "The next Round, waiting for it.")
+      .def("flush", &PyPartial::flush, arg("callback") = pyb::none(),
+           "Collective: drains every carried contribution; returns the flush round's number.")
+      .def("destroy", &PyPartial::destroy)
+      .def_property_readonly("count", &PyPartial::count)
+      .def_property_readonly("dtype", &PyPartial::dtype)
+      .def_property_readonly("mode", &PyPartial::mode)
+      .def_property_readonly("stats", &PyPartial::stats)
+      .def("__enter__", [](pyb::object self) { return self; })
+      .def("__exit__", [](PyPartial& self, pyb::args) { self.destroy(); });
+}
