@@ -42,6 +42,15 @@
 #define EC_API
 #endif
 
+/* Enums cross the API as ints. In C++ they get int as their fixed underlying type, so that a
+ * caller's out-of-range value (checked and refused with EC_INVALID_ARGUMENT) is still a valid
+ * value of the type on the library's side; in C the type is int-sized either way. */
+#ifdef __cplusplus
+#define EC_ENUM(name) enum name : int
+#else
+#define EC_ENUM(name) enum name
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -49,7 +58,7 @@ extern "C" {
 /* ---- errors ---- */
 
 /* The values of eagercomm::StatusCode (runtime/status.h), one for one. */
-typedef enum ec_status {
+typedef EC_ENUM(ec_status) {
   EC_OK = 0,
   EC_IN_PROGRESS = 1,      /* not an error: ec_partial_poll found no completed round yet */
   EC_INVALID_ARGUMENT = 2, /* null handle or buffer, enum out of range, wrong count, ... */
@@ -78,7 +87,7 @@ EC_API int ec_abi_version(void);
 
 /* ---- element types and operators (eagercomm::DataType, eagercomm::ReduceOp) ---- */
 
-typedef enum ec_dtype {
+typedef EC_ENUM(ec_dtype) {
   EC_FLOAT32 = 0,
   EC_FLOAT64 = 1,
   EC_FLOAT16 = 2, /* IEEE binary16, as uint16_t bits */
@@ -87,7 +96,7 @@ typedef enum ec_dtype {
   EC_INT64 = 5
 } ec_dtype;
 
-typedef enum ec_op { EC_SUM = 0, EC_MIN = 1, EC_MAX = 2 } ec_op;
+typedef EC_ENUM(ec_op) { EC_SUM = 0, EC_MIN = 1, EC_MAX = 2 } ec_op;
 
 /* Bytes of one element; 0 for a value that is not an ec_dtype. */
 EC_API size_t ec_dtype_size(ec_dtype dtype);
@@ -164,14 +173,14 @@ EC_API ec_status ec_barrier(ec_comm* comm, int64_t timeout_ms);
 
 typedef struct ec_partial ec_partial;
 
-typedef enum ec_partial_mode {
+typedef EC_ENUM(ec_partial_mode) {
   EC_PARTIAL_SYNC = 0,
   EC_PARTIAL_SOLO = 1,
   EC_PARTIAL_MAJORITY = 2,
   EC_PARTIAL_QUORUM = 3 /* ec_partial_options.quorum ranks fresh */
 } ec_partial_mode;
 
-typedef enum ec_late_policy { EC_LATE_CARRY = 0, EC_LATE_DROP = 1 } ec_late_policy;
+typedef EC_ENUM(ec_late_policy) { EC_LATE_CARRY = 0, EC_LATE_DROP = 1 } ec_late_policy;
 
 typedef struct ec_partial_options {
   ec_partial_mode mode;  /* EC_PARTIAL_SOLO */

@@ -222,7 +222,10 @@ MailboxEvent Mailbox::on_completion(const TransportCompletion& c) {
   }
   Peer& p = peers_[peer];
   if (c.kind == TransportCompletion::Kind::kWriteDone) {
-    p.writing_mask &= ~(uint64_t{1} << (c.cookie & 0xff));
+    // The cookie is this mailbox's own (slot < slots_ <= 64); a transport that hands back
+    // anything else must not make the shift undefined.
+    const uint64_t slot = c.cookie & 0xff;
+    if (slot < slots_) p.writing_mask &= ~(uint64_t{1} << slot);
     return ev;
   }
   if (c.kind == TransportCompletion::Kind::kPeerError) {
