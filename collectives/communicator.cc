@@ -1,10 +1,15 @@
 #include "collectives/communicator.h"
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "collectives/algorithms.h"
 #include "collectives/comm_core.h"
+#include "collectives/cuda/cuda_reduce.h"
+#include "collectives/device_collectives.h"
+#include "collectives/device_routing.h"
+#include "runtime/gpu.h"
 #include "runtime/job_bootstrap.h"
 #include "runtime/log.h"
 
@@ -46,7 +51,62 @@ Result<size_t> check_buffer(const char* what, const void* ptr, size_t count, Dat
   return count * es;
 }
 
+// kHost unless this process has a GPU and a buffer is device memory: programs without a GPU
+// pay one cached flag here, and never initialise CUDA.
+Result<detail::DevicePath> device_route(const char* what, const void* send, const void* recv,
+                                        DataType type, std::optional<ReduceOp> op) {
+  if (!gpu::available()) return detail::DevicePath::kHost;
+  return detail::choose_device_path(what, gpu::detected_kind(send), gpu::detected_kind(recv), type,
+                                    op, cuda::reduce_built());
+}
+
+// The operation behind a Request whose work already ran on the caller's thread.
+class CompletedOp final : public detail::Op {
+ public:
+  explicit CompletedOp(Status status) : Op(detail::OpSignature{}) { complete(std::move(status)); }
+  Status start(detail::OpContext&) override { return Status::Ok(); }
+  Status on_message(detail::OpContext&, const detail::Received&) override { return Status::Ok(); }
+  Result<int> advance(detail::OpContext&) override { return 0; }
+  bool finished() const override { return true; }
+  void drop_held(detail::OpContext&) override {}
+};
+
 }  // namespace
+
+namespace detail {
+
+// The host collectives DeviceStaging runs on its pinned buffers: those of the communicator, with
+// this rank's local failure, if any, sent to every rank as the operation's precheck error.
+class StagingHost final : public HostCollectives {
+ public:
+  StagingHost(Communicator& comm, std::chrono::nanoseconds timeout)
+      : comm_(comm), timeout_(timeout) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  Status allgather(const void* send, void* recv, size_t count, DataType type,
+                   const Status& local_error) override {
+    std::shared_ptr<Op> op = comm_.make_allgather_op(send, recv, count, type);
+    if (!local_error.ok()) op->precheck_error = local_error;
+    return finish(std::move(op));
+  }
+  Status broadcast(void* buf, size_t count, DataType type, int root,
+                   const Status& local_error) override {
+    std::shared_ptr<Op> op = comm_.make_broadcast_op(buf, count, type, root);
+    if (!local_error.ok()) op->precheck_error = local_error;
+    return finish(std::move(op));
+  }
+
+ private:
+  Status finish(std::shared_ptr<Op> op) {
+    Result<Request> req = comm_.submit(std::move(op));
+    if (!req.ok()) return req.status();
+    return comm_.finish_blocking(req.value(), timeout_);
+  }
+  Communicator& comm_;
+  std::chrono::nanoseconds timeout_;
+};
+
+}  // namespace detail
 
 // ---- Request ----
 
@@ -189,6 +249,10 @@ OpSignature allreduce_signature(const detail::CommCore& core, const void* send, 
 
 Result<Request> Communicator::allreduce_async(const void* send, void* recv, size_t count,
                                               DataType type, ReduceOp op) {
+  EC_ASSIGN_OR_RETURN(detail::DevicePath path, device_route("allreduce", send, recv, type, op));
+  if (path == detail::DevicePath::kStaged) {
+    return completed_request(allreduce(send, recv, count, type, op, kConfiguredTimeout));
+  }
   Status precheck;
   const OpSignature sig = allreduce_signature(*core_, send, recv, count, type, op, &precheck);
   std::shared_ptr<detail::Op> o = detail::make_allreduce(sig, send, recv);
@@ -198,6 +262,13 @@ Result<Request> Communicator::allreduce_async(const void* send, void* recv, size
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
                                ReduceOp op, std::chrono::nanoseconds timeout) {
+  EC_ASSIGN_OR_RETURN(detail::DevicePath path, device_route("allreduce", send, recv, type, op));
+  if (path == detail::DevicePath::kStaged) {
+    if (core_->destroyed()) return core_->closed_status();
+    EC_ASSIGN_OR_RETURN(detail::DeviceStaging * staging, device_staging());
+    detail::StagingHost host(*this, timeout);
+    return staging->allreduce(host, send, recv, count, type, op);
+  }
   Status precheck;
   const OpSignature sig = allreduce_signature(*core_, send, recv, count, type, op, &precheck);
   if (!precheck.ok() || sig.reserved != static_cast<uint8_t>(Algo::kSmall)) {
@@ -225,6 +296,16 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DataT
 }
 
 Result<Request> Communicator::broadcast_async(void* buf, size_t count, DataType type, int root) {
+  EC_ASSIGN_OR_RETURN(detail::DevicePath path,
+                      device_route("broadcast", buf, buf, type, std::nullopt));
+  if (path == detail::DevicePath::kStaged) {
+    return completed_request(broadcast(buf, count, type, root, kConfiguredTimeout));
+  }
+  return submit(make_broadcast_op(buf, count, type, root));
+}
+
+std::shared_ptr<detail::Op> Communicator::make_broadcast_op(void* buf, size_t count, DataType type,
+                                                            int root) {
   OpSignature sig;
   sig.coll = static_cast<uint8_t>(CollKind::kBroadcast);
   sig.dtype = static_cast<uint8_t>(type);
@@ -248,17 +329,35 @@ Result<Request> Communicator::broadcast_async(void* buf, size_t count, DataType 
   sig.reserved = static_cast<uint8_t>(chain ? Algo::kChain : Algo::kTree);
   auto o = detail::make_broadcast(sig, buf);
   o->precheck_error = precheck;
-  return submit(std::move(o));
+  return o;
 }
 
 Status Communicator::broadcast(void* buf, size_t count, DataType type, int root,
                                std::chrono::nanoseconds timeout) {
-  EC_ASSIGN_OR_RETURN(Request req, broadcast_async(buf, count, type, root));
+  EC_ASSIGN_OR_RETURN(detail::DevicePath path,
+                      device_route("broadcast", buf, buf, type, std::nullopt));
+  if (path == detail::DevicePath::kStaged) {
+    if (core_->destroyed()) return core_->closed_status();
+    EC_ASSIGN_OR_RETURN(detail::DeviceStaging * staging, device_staging());
+    detail::StagingHost host(*this, timeout);
+    return staging->broadcast(host, buf, count, type, root);
+  }
+  EC_ASSIGN_OR_RETURN(Request req, submit(make_broadcast_op(buf, count, type, root)));
   return finish_blocking(req, timeout);
 }
 
 Result<Request> Communicator::allgather_async(const void* send, void* recv, size_t count,
                                               DataType type) {
+  EC_ASSIGN_OR_RETURN(detail::DevicePath path,
+                      device_route("allgather", send, recv, type, std::nullopt));
+  if (path == detail::DevicePath::kStaged) {
+    return completed_request(allgather(send, recv, count, type, kConfiguredTimeout));
+  }
+  return submit(make_allgather_op(send, recv, count, type));
+}
+
+std::shared_ptr<detail::Op> Communicator::make_allgather_op(const void* send, void* recv,
+                                                            size_t count, DataType type) {
   OpSignature sig;
   sig.coll = static_cast<uint8_t>(CollKind::kAllgather);
   sig.dtype = static_cast<uint8_t>(type);
@@ -285,12 +384,20 @@ Result<Request> Communicator::allgather_async(const void* send, void* recv, size
   }
   auto o = detail::make_ring_allgather(sig, send, recv);
   o->precheck_error = precheck;
-  return submit(std::move(o));
+  return o;
 }
 
 Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type,
                                std::chrono::nanoseconds timeout) {
-  EC_ASSIGN_OR_RETURN(Request req, allgather_async(send, recv, count, type));
+  EC_ASSIGN_OR_RETURN(detail::DevicePath path,
+                      device_route("allgather", send, recv, type, std::nullopt));
+  if (path == detail::DevicePath::kStaged) {
+    if (core_->destroyed()) return core_->closed_status();
+    EC_ASSIGN_OR_RETURN(detail::DeviceStaging * staging, device_staging());
+    detail::StagingHost host(*this, timeout);
+    return staging->allgather(host, send, recv, count, type);
+  }
+  EC_ASSIGN_OR_RETURN(Request req, submit(make_allgather_op(send, recv, count, type)));
   return finish_blocking(req, timeout);
 }
 
@@ -318,6 +425,19 @@ Status Communicator::finish_blocking(Request& req, std::chrono::nanoseconds time
   if (s.code() != StatusCode::kTimeout || req.ready()) return s;
   // A blocking call returns only when the operation no longer uses the caller's buffers.
   return core_->abandon(*req.op_, timeout);
+}
+
+Result<detail::DeviceStaging*> Communicator::device_staging() {
+  std::lock_guard<std::mutex> lock(device_mu_);
+  if (!device_) {
+    EC_ASSIGN_OR_RETURN(device_, detail::DeviceStaging::create());
+  }
+  return device_.get();
+}
+
+Result<Request> Communicator::completed_request(Status status) {
+  if (!status.ok()) return status;
+  return Request(std::make_shared<CompletedOp>(std::move(status)), core_);
 }
 
 CommunicatorStats Communicator::stats() const {

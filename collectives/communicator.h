@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,8 @@ namespace eagercomm {
 namespace detail {
 class CommCore;
 class Op;
+class DeviceStaging;
+class StagingHost;
 }  // namespace detail
 
 // A collective in flight. Copyable; all copies refer to the same operation. A default-built
@@ -126,6 +129,13 @@ class Communicator {
 
   // recv = op over ranks of send, elementwise. send == recv is in place. Buffers of
   // `count` elements; any count, including 0.
+  //
+  // CUDA device buffers (allreduce, broadcast, allgather; docs/RDMA_AND_GPU.md, "GPU buffers in
+  // collectives"): any buffer may be device memory of the current device, detected per call
+  // when the process has a GPU. Such calls are staged through pinned host memory and reduced by
+  // CUDA kernels on a stream of this communicator; the _async forms run them to the end before
+  // returning (the Request is already complete). Every rank must pass device memory to a given
+  // allreduce or none may (else it fails with kMismatch); broadcast and allgather mix freely.
   Result<Request> allreduce_async(const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op);
   Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
@@ -165,6 +175,7 @@ class Communicator {
 
  private:
   friend class PartialAllreduce;
+  friend class detail::StagingHost;
   friend Result<std::unique_ptr<Communicator>> communicator_from_store(
       std::unique_ptr<Store> store, std::shared_ptr<void> server, int rank, int size,
       const CommunicatorOptions& options);
@@ -181,6 +192,17 @@ class Communicator {
   // The operation object blocking small allreduces reuse, and who is rearming it.
   std::shared_ptr<detail::Op> spare_small_;
   std::atomic<bool> spare_busy_{false};
+
+  // GPU buffers: the staging object, made on the first device buffer (never in host-only
+  // programs), and the builders of the host collectives it runs.
+  Result<detail::DeviceStaging*> device_staging();
+  std::shared_ptr<detail::Op> make_broadcast_op(void* buf, size_t count, DataType type, int root);
+  std::shared_ptr<detail::Op> make_allgather_op(const void* send, void* recv, size_t count,
+                                                DataType type);
+  // A Request that is already complete (device collectives run to the end when started).
+  Result<Request> completed_request(Status status);
+  std::mutex device_mu_;
+  std::unique_ptr<detail::DeviceStaging> device_;
 };
 
 // The configuration a communicator made with `options` uses: options.config, else the

@@ -10,6 +10,7 @@
 #include "collectives/partial_shared.h"
 #include "collectives/partial_stream.h"
 #include "collectives/reduce_kernels.h"
+#include "runtime/gpu.h"
 #include "runtime/log.h"
 
 namespace eagercomm {
@@ -75,6 +76,20 @@ void RoundResult::release() {
   if (owner_) owner_->recycle(buffer_);
   owner_.reset();
   data_ = nullptr;
+}
+
+Status RoundResult::copy_to(void* dst) const {
+  const size_t bytes = count_ * dtype_size(type_);
+  if (bytes == 0) return Status::Ok();
+  if (dst == nullptr) return Status(StatusCode::kInvalidArgument, "RoundResult::copy_to(null)");
+  if (data_ == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "RoundResult::copy_to() of a released result");
+  }
+  if (gpu::available() && gpu::detected_kind(dst) == MemoryKind::kCuda) {
+    return gpu::copy_and_wait(dst, data_, bytes);
+  }
+  std::memcpy(dst, data_, bytes);
+  return Status::Ok();
 }
 
 int RoundResult::fresh_count() const {
@@ -299,6 +314,13 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
     std::atomic<bool>& flag;
     ~Unmark() { flag.store(false, std::memory_order_release); }
   } unmark{posting_};
+  // A device gradient: copied out before entering the open buffer, so the engine never waits on
+  // a CUDA copy for the writer count to drop.
+  if (count > 0 && gpu::available() && gpu::detected_kind(gradient) == MemoryKind::kCuda) {
+    device_stage_.resize(s.bytes);
+    EC_RETURN_IF_ERROR(gpu::copy_and_wait(device_stage_.data(), gradient, s.bytes));
+    gradient = device_stage_.data();
+  }
 
   const uint64_t base = consumed_;
   uint64_t round = 0;

@@ -129,6 +129,9 @@ class RoundResult {
   std::span<const T> as() const {
     return {static_cast<const T*>(data_), count_};
   }
+  // Copies the result (count() elements) to `dst`, CUDA device memory or host memory: results
+  // stay in host memory, this is how a rank training on a GPU applies them.
+  Status copy_to(void* dst) const;
 
  private:
   friend class detail::PartialStream;
@@ -167,7 +170,10 @@ class PartialAllreduce {
   PartialAllreduce& operator=(const PartialAllreduce&) = delete;
 
   // Adds `gradient` (count elements of type, as created) into this rank's open contribution.
-  // Never waits for other ranks.
+  // Never waits for other ranks. `gradient` may be CUDA device memory: it is copied to host
+  // memory first (the work that wrote it must be finished: the copy waits for the legacy
+  // default stream, not for the application's own streams); results stay in host memory
+  // (RoundResult::copy_to).
   Status post(const void* gradient, size_t count, DataType type);
 
   // The next round's result if it is complete (nullopt if not yet); the stream's error once
@@ -208,6 +214,7 @@ class PartialAllreduce {
   uint64_t last_post_round_ = UINT64_MAX;  // the round this rank's latest post landed in
   uint64_t arrived_round_ = UINT64_MAX;    // the round wait() last announced arrival for
   std::string last_timeout_;               // the last wait()'s timeout, told to peers on destroy
+  std::vector<uint8_t> device_stage_;      // a device gradient's host copy (post)
 };
 
 }  // namespace eagercomm

@@ -128,6 +128,58 @@ Status copy_and_wait(void* dst, const void* src, size_t bytes) {
   return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaStreamSynchronize");
 }
 
+bool available() {
+  // cudaDriverGetVersion first: without a driver it answers 0 without initialising anything.
+  static const bool any = [] {
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
+      cudaGetLastError();
+      return false;
+    }
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return count > 0;
+  }();
+  return any;
+}
+
+Result<Stream> Stream::create() {
+  cudaStream_t s = nullptr;
+  if (const cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      e != cudaSuccess) {
+    return cuda_error(e, "cudaStreamCreateWithFlags");
+  }
+  return Stream(s);
+}
+
+Stream& Stream::operator=(Stream&& o) noexcept {
+  if (this != &o) {
+    if (handle_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(handle_));
+    handle_ = o.handle_;
+    o.handle_ = nullptr;
+  }
+  return *this;
+}
+
+Stream::~Stream() {
+  if (handle_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(handle_));
+}
+
+Status Stream::synchronize() const {
+  const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(handle_));
+  return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaStreamSynchronize");
+}
+
+Status copy_async(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return Status::Ok();
+  const cudaError_t e =
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream));
+  return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaMemcpyAsync");
+}
+
 Status zero(void* p, size_t bytes) {
   const cudaError_t e = cudaMemset(p, 0, bytes);
   return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaMemset");
@@ -342,6 +394,22 @@ Inventory query() {
   return inv;
 }
 
+bool available() { return false; }
+Result<Stream> Stream::create() {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+Stream& Stream::operator=(Stream&& o) noexcept {
+  handle_ = o.handle_;
+  o.handle_ = nullptr;
+  return *this;
+}
+Stream::~Stream() = default;
+Status Stream::synchronize() const {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+Status copy_async(void*, const void*, size_t, void*) {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
 MemoryKind detected_kind(const void*) { return MemoryKind::kHost; }
 
 #endif

@@ -52,6 +52,7 @@ class DeviceBuffer {
  public:
   // kUnavailable without a GPU (or a CUDA build), kNoMemory when the device is full.
   static Result<DeviceBuffer> allocate(size_t bytes);
+  DeviceBuffer() = default;  // empty: data() is null
   DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -96,6 +97,7 @@ class PinnedBuffer {
  public:
   // kUnavailable without a GPU (or a CUDA build).
   static Result<PinnedBuffer> allocate(size_t bytes);
+  PinnedBuffer() = default;  // empty: data() is null
   PinnedBuffer(PinnedBuffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr; }
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
   PinnedBuffer(const PinnedBuffer&) = delete;
@@ -109,6 +111,36 @@ class PinnedBuffer {
   void* data_ = nullptr;
   size_t size_ = 0;
 };
+
+// Whether the CUDA runtime reports at least one GPU. Asked once per process and cached: the first
+// call loads the driver (if any) but creates no context, so host-only programs pay one look and
+// never more. False in builds without CUDA. Callers ask this before detected_kind() on hot paths.
+bool available();
+
+// A CUDA stream (cudaStreamNonBlocking) of the current device, destroyed when the object goes:
+// work enqueued on it is ordered after nothing but itself. Move-only.
+class Stream {
+ public:
+  // kUnavailable without a GPU (or a CUDA build).
+  static Result<Stream> create();
+  Stream(Stream&& o) noexcept : handle_(o.handle_) { o.handle_ = nullptr; }
+  Stream& operator=(Stream&& o) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream();
+  // The cudaStream_t, as the kernels' launchers take it.
+  void* handle() const { return handle_; }
+  // Waits for everything enqueued so far.
+  Status synchronize() const;
+
+ private:
+  explicit Stream(void* handle) : handle_(handle) {}
+  void* handle_ = nullptr;
+};
+
+// Enqueues cudaMemcpyAsync in whichever direction the pointers say on `stream` (a cudaStream_t);
+// the bytes are in `dst` once the stream is synchronised.
+Status copy_async(void* dst, const void* src, size_t bytes, void* stream);
 
 // GPUDirect RDMA through dma-buf: a file descriptor for the device pages under [p, p + bytes),
 // from the driver's cuMemGetHandleForAddressRange (reached through cudaGetDriverEntryPoint, so

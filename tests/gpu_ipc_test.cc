@@ -34,6 +34,7 @@
 #include "runtime/file_store.h"
 #include "runtime/gpu.h"
 #include "runtime/store.h"
+#include "tests/child_checks.h"
 #include "transport/cuda_ipc_key.h"
 #include "transport/cuda_ipc_region.h"
 #include "transport/registry.h"
@@ -45,27 +46,6 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-int g_rank = -1;  // the rank a child runs as, for its failure messages
-
-#define CHILD_CHECK(cond, ...)                                                                  \
-  do {                                                                                          \
-    if (!(cond)) {                                                                              \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                                             \
-      fputc('\n', stderr);                                                                      \
-      _exit(1);                                                                                 \
-    }                                                                                           \
-  } while (0)
-#define CHILD_OK(expr)                                                        \
-  do {                                                                        \
-    const Status child_status_ = (expr);                                      \
-    CHILD_CHECK(child_status_.ok(), "%s", child_status_.to_string().c_str()); \
-  } while (0)
-#define CHILD_VALUE(lhs, expr)                                                     \
-  auto lhs##_result = (expr);                                                      \
-  CHILD_CHECK(lhs##_result.ok(), "%s", lhs##_result.status().to_string().c_str()); \
-  auto lhs = std::move(lhs##_result).value()
 
 // ---- device-free: the key format ----
 

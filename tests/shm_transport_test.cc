@@ -32,6 +32,7 @@
 #include "runtime/file_store.h"
 #include "runtime/gpu.h"
 #include "runtime/store.h"
+#include "tests/child_checks.h"
 #include "transport/cuda_ipc_key.h"
 #include "transport/mailbox.h"
 #include "transport/registry.h"
@@ -50,24 +51,6 @@ constexpr int kSlowdown = 8;  // sanitizer builds: fewer iterations, same covera
 #else
 constexpr int kSlowdown = 1;
 #endif
-
-int g_rank = -1;  // the rank a child runs as, for its failure messages
-
-// Checks inside a child process: print what failed and exit non-zero (the parent reports it).
-#define CHILD_CHECK(cond, ...)                                                                  \
-  do {                                                                                          \
-    if (!(cond)) {                                                                              \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                                             \
-      fputc('\n', stderr);                                                                      \
-      _exit(1);                                                                                 \
-    }                                                                                           \
-  } while (0)
-#define CHILD_OK(expr)                                                        \
-  do {                                                                        \
-    const Status child_status_ = (expr);                                      \
-    CHILD_CHECK(child_status_.ok(), "%s", child_status_.to_string().c_str()); \
-  } while (0)
 
 // Every name in /dev/shm that starts with eagercomm-<job>-.
 std::vector<std::string> leftover_segments(const std::string& job) {

@@ -1,0 +1,75 @@
+// GPU buffers in collectives (issue #6 item 3; docs/RDMA_AND_GPU.md, "GPU buffers in
+// collectives"): allreduce, broadcast and allgather of MemoryKind::kCuda buffers, staged through
+// pinned host memory around the ordinary host collectives, with the reductions done by the CUDA
+// kernels (collectives/cuda/cuda_reduce.h) on a stream this object owns.
+//
+// allreduce: send is copied to pinned memory, the contributions are allgathered (host
+// allgather), copied to device scratch and reduced there in rank order, block 0 op block 1 op
+// ... op block P-1: every rank runs the same kernels on the same inputs in the same order, so
+// every rank's result is identical bit for bit. broadcast and allgather only copy.
+//
+// One per communicator, made on the first device buffer (a host-only program never makes one,
+// so it never touches CUDA beyond gpu::available()). Compiled in every build: without CUDA,
+// create() fails with kUnavailable, which cannot be reached since no pointer is device memory.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+
+#include "collectives/dtype.h"
+#include "runtime/gpu.h"
+#include "runtime/status.h"
+
+namespace eagercomm::detail {
+
+// The host collectives the device path runs on its staging buffers. `local_error`, when not
+// Ok, is this rank's failure before the collective: the call then fails on every rank with it
+// (the peers do not wait for a contribution that never comes).
+class HostCollectives {
+ public:
+  virtual ~HostCollectives() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Status allgather(const void* send, void* recv, size_t count, DataType type,
+                           const Status& local_error) = 0;
+  virtual Status broadcast(void* buf, size_t count, DataType type, int root,
+                           const Status& local_error) = 0;
+};
+
+class DeviceStaging {
+ public:
+  // The stream; the buffers come on first use. kUnavailable without a GPU.
+  static Result<std::unique_ptr<DeviceStaging>> create();
+
+  // Any of the buffers may be device or host memory (cudaMemcpyDefault copies either way).
+  // Calls are serialised: the staging buffers are shared.
+  Status allreduce(HostCollectives& host, const void* send, void* recv, size_t count, DataType type,
+                   ReduceOp op);
+  Status broadcast(HostCollectives& host, void* buf, size_t count, DataType type, int root);
+  Status allgather(HostCollectives& host, const void* send, void* recv, size_t count,
+                   DataType type);
+
+ private:
+  explicit DeviceStaging(gpu::Stream stream) : stream_(std::move(stream)) {}
+  // Grows (see staging_capacity) and returns the buffer's memory, null for 0 bytes.
+  Result<void*> pinned(gpu::PinnedBuffer& buf, size_t bytes);
+  Result<void*> device(gpu::DeviceBuffer& buf, size_t bytes);
+  // Copies on the stream and waits for it.
+  Status copy_sync(void* dst, const void* src, size_t bytes);
+
+  std::mutex mu_;
+  gpu::Stream stream_;
+  gpu::PinnedBuffer send_;      // this rank's contribution (allreduce, allgather, broadcast)
+  gpu::PinnedBuffer gathered_;  // every rank's contribution, rank order
+  gpu::DeviceBuffer scratch_;  // the gathered blocks on the device, then the result if recv is host
+};
+
+// Whether `p` is CUDA device memory: one cached look (gpu::available()) in programs without a
+// GPU, one cudaPointerGetAttributes otherwise.
+inline bool is_device_pointer(const void* p) {
+  return p != nullptr && gpu::available() && gpu::detected_kind(p) == MemoryKind::kCuda;
+}
+
+}  // namespace eagercomm::detail
