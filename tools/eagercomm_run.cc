@@ -83,7 +83,8 @@ void usage(FILE* out) {  // --help
       "Every rank gets EAGERCOMM_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _MASTER_ADDR,\n"
       "_MASTER_PORT, _JOB_ID, _JOB_TOKEN and torchrun's RANK, LOCAL_RANK, WORLD_SIZE,\n"
       "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Exit status: the first failed rank's (128 +\n"
-      "signal if it was killed), 124 on --timeout, 127 if prog cannot be run, 2 on bad usage.\n",
+      "signal if it was killed; a rank killed by a signal within 0.5 s after another rank's error\n"
+      "exit counts as the first), 124 on --timeout, 127 if prog cannot be run, 2 on bad usage.\n",
       kMaxRanks);
 }
 
@@ -634,9 +635,22 @@ class Launcher {
 
   void rank_exited(const Rank& r, int status) {
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    // A survivor can notice a killed peer (and exit with an error) before this launcher reaps
+    // the killed rank: a death by signal reaped just after an error exit is the cause.
+    if (!ok && failure_code_ && !failure_by_signal_ && WIFSIGNALED(status) && !stopping_ &&
+        Clock::now() - failure_at_ < kCauseWindow) {
+      failure_code_ = 128 + WTERMSIG(status);
+      failure_by_signal_ = true;
+      std::fprintf(stderr,
+                   "eagercomm-run: rank %d (pid %d) was killed by %s (the failure's cause)\n",
+                   r.index, static_cast<int>(r.pid), signal_text(WTERMSIG(status)).c_str());
+      return;
+    }
     // Ranks ending because the job is being stopped (timeout, signal, another rank's failure)
     // are not failures of their own.
     if (ok || failure_code_ || stopping_) return;
+    failure_at_ = Clock::now();
+    failure_by_signal_ = WIFSIGNALED(status);
     const bool others =
         std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& x) { return x.running; });
     std::string how;
@@ -667,6 +681,9 @@ class Launcher {
   int signals_received_ = 0;
   int forwarded_signal_ = 0;
   std::optional<int> failure_code_;
+  Clock::time_point failure_at_;
+  bool failure_by_signal_ = false;
+  static constexpr auto kCauseWindow = std::chrono::milliseconds(500);
   std::optional<Clock::time_point> job_deadline_, stop_deadline_, kill_deadline_, drain_deadline_;
 };
 
