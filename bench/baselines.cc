@@ -12,9 +12,12 @@ Result<std::vector<Baseline>> make_baselines(const std::vector<std::string>& nam
     } else if (name == "gloo") {
       EC_ASSIGN_OR_RETURN(Baseline b, make_gloo_baseline(comm));
       out.push_back(std::move(b));
+    } else if (name == "nccl") {
+      EC_ASSIGN_OR_RETURN(Baseline b, make_nccl_baseline(comm));
+      out.push_back(std::move(b));
     } else {
-      return make_status(StatusCode::kInvalidArgument, "--compare: '%s' is not one of mpi, gloo",
-                         name.c_str());
+      return make_status(StatusCode::kInvalidArgument,
+                         "--compare: '%s' is not one of mpi, gloo, nccl", name.c_str());
     }
   }
   return out;

@@ -1,7 +1,7 @@
 // Other libraries' allreduce, run by eagercomm-bench on the same processes and buffers as
-// eagercomm's (--compare mpi,gloo), and the MPI job that hosts them. Built in when CMake found
-// MPI (EAGERCOMM_BENCH_HAVE_MPI) and Gloo (EAGERCOMM_BENCH_HAVE_GLOO); otherwise the functions
-// below say so with kUnavailable.
+// eagercomm's (--compare mpi,gloo,nccl), and the MPI job that hosts MPI's and Gloo's. Each is
+// built in when CMake found its library (NCCL: nccl.h and libnccl in the CUDA toolkit);
+// otherwise its factory says so with kUnavailable.
 #pragma once
 
 #include <functional>
@@ -15,7 +15,7 @@ namespace eagercomm::bench {
 
 // One library's blocking allreduce over the job's ranks.
 struct Baseline {
-  std::string name;         // "mpi", "gloo"
+  std::string name;         // "mpi", "gloo", "nccl"
   std::string description;  // version / algorithm, for the report header
   std::function<Status(const void* send, void* recv, size_t count, DataType type, ReduceOp op)>
       allreduce;
@@ -35,9 +35,9 @@ Status mpi_barrier();
 // Element-wise max / sum of doubles over MPI_COMM_WORLD, in place.
 Status mpi_allreduce_doubles(double* values, size_t count, bool max);
 
-// The baselines named in `names` ("mpi", "gloo"), created collectively on every rank of the MPI
-// job; `comm`'s bootstrap store carries Gloo's rendezvous. kInvalidArgument for an unknown name,
-// kUnavailable for a library this binary was built without.
+// The baselines named in `names` ("mpi", "gloo", "nccl"), created collectively on every rank of
+// the job; `comm`'s bootstrap store carries Gloo's rendezvous, `comm` itself NCCL's unique id.
+// kInvalidArgument for an unknown name, kUnavailable for a library this binary was built without.
 Result<std::vector<Baseline>> make_baselines(const std::vector<std::string>& names,
                                              Communicator& comm);
 
@@ -45,5 +45,8 @@ Result<std::vector<Baseline>> make_baselines(const std::vector<std::string>& nam
 // variant when the library was not found at configure time).
 Result<Baseline> make_mpi_baseline();
 Result<Baseline> make_gloo_baseline(Communicator& comm);
+// One NCCL communicator over the ranks of `comm` on this process's current GPU, one stream;
+// its allreduce takes device buffers and returns once the stream is done.
+Result<Baseline> make_nccl_baseline(Communicator& comm);
 
 }  // namespace eagercomm::bench

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/bench_memory.h"
 #include "collectives/element_value.h"
 
 namespace eagercomm::bench {
@@ -13,7 +14,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Buffers {
-  std::vector<uint64_t> send, recv;  // 8-byte aligned storage
+  BenchBuffer send, recv;  // host or device memory (--device)
   void* s() { return send.data(); }
   void* r() { return recv.data(); }
 };
@@ -29,8 +30,8 @@ class Runner {
     size_t max_count = 0;
     for (size_t bytes : sizes) max_count = std::max(max_count, count_of(bytes));
     const size_t recv_elems = o_.coll == Collective::kAllgather ? max_count * P_ : max_count;
-    buf_.send.assign((max_count * es_) / 8 + 8, 0);
-    buf_.recv.assign((recv_elems * es_) / 8 + 8, 0);
+    EC_ASSIGN_OR_RETURN(buf_.send, BenchBuffer::allocate(o_.device, max_count * es_));
+    EC_ASSIGN_OR_RETURN(buf_.recv, BenchBuffer::allocate(o_.device, recv_elems * es_));
     for (size_t bytes : sizes) {
       Row row;
       row.count = count_of(bytes);
@@ -64,23 +65,30 @@ class Runner {
     return o_.coll == Collective::kAllgather ? bytes / es_ / P_ : bytes / es_;
   }
 
-  // Input of this rank; for in-place allgather it lives in this rank's block of recv.
+  // Where this rank's input lies in its buffer: for in-place allgather, this rank's block of recv.
+  BenchBuffer& input_buffer(bool in_place) { return in_place ? buf_.recv : buf_.send; }
+  size_t input_offset(size_t count, bool in_place) const {
+    return in_place && o_.coll == Collective::kAllgather ? rank_ * count * es_ : 0;
+  }
   void* input(size_t count, bool in_place) {
-    if (!in_place) return buf_.s();
-    if (o_.coll == Collective::kAllgather)
-      return static_cast<uint8_t*>(buf_.r()) + rank_ * count * es_;
-    return buf_.r();
+    return static_cast<uint8_t*>(input_buffer(in_place).data()) + input_offset(count, in_place);
   }
 
-  void prepare(size_t count, bool in_place) {
-    void* in = input(count, in_place);
+  // Writes the inputs on the host side and copies them where the collective reads them.
+  Status prepare(size_t count, bool in_place) {
+    BenchBuffer& b = input_buffer(in_place);
+    const size_t offset = input_offset(count, in_place);
+    void* in = static_cast<uint8_t*>(b.host()) + offset;
     for (size_t i = 0; i < count; ++i) {
       const bool broadcast_non_root = o_.coll == Collective::kBroadcast && rank_ != o_.root;
       store_element(o_.type, in, i, broadcast_non_root ? 99 : pattern(rank_, i));
     }
+    EC_RETURN_IF_ERROR(b.upload(offset, count * es_));
     if (!in_place && o_.coll == Collective::kBroadcast) {
-      std::memcpy(buf_.r(), in, count * es_);
+      std::memcpy(buf_.recv.host(), in, count * es_);
+      EC_RETURN_IF_ERROR(buf_.recv.upload(0, count * es_));
     }
+    return Status::Ok();
   }
 
   Status call(size_t count, bool in_place) {
@@ -98,22 +106,25 @@ class Runner {
     return Status(StatusCode::kInternal, "unknown collective");
   }
 
-  uint64_t count_wrong(size_t count) {
+  Result<uint64_t> count_wrong(size_t count) {
+    const size_t result_elems = o_.coll == Collective::kAllgather ? count * P_ : count;
+    EC_RETURN_IF_ERROR(buf_.recv.download(result_elems * es_));
+    const void* result = buf_.recv.host();
     uint64_t wrong = 0;
     switch (o_.coll) {
       case Collective::kAllreduce:
         for (size_t i = 0; i < count; ++i) {
-          wrong += load_element(o_.type, buf_.r(), i) != reduce_expected(o_.op, P_, i);
+          wrong += load_element(o_.type, result, i) != reduce_expected(o_.op, P_, i);
         }
         break;
       case Collective::kBroadcast:
         for (size_t i = 0; i < count; ++i)
-          wrong += load_element(o_.type, buf_.r(), i) != pattern(o_.root, i);
+          wrong += load_element(o_.type, result, i) != pattern(o_.root, i);
         break;
       case Collective::kAllgather:
         for (int g = 0; g < P_; ++g) {
           for (size_t i = 0; i < count; ++i) {
-            wrong += load_element(o_.type, buf_.r(), g * count + i) != pattern(g, i);
+            wrong += load_element(o_.type, result, g * count + i) != pattern(g, i);
           }
         }
         break;
@@ -128,7 +139,7 @@ class Runner {
   // checks one more call on freshly prepared inputs.
   Result<Timing> measure(size_t count, bool in_place) {
     std::vector<double> us;
-    prepare(count, in_place);
+    EC_RETURN_IF_ERROR(prepare(count, in_place));
     for (int it = 0; it < o_.warmup + o_.iters; ++it) {
       EC_RETURN_IF_ERROR(comm_.barrier());
       const auto t0 = Clock::now();
@@ -138,10 +149,10 @@ class Runner {
     }
     uint64_t wrong = 0;
     if (o_.check) {
-      prepare(count, in_place);
+      EC_RETURN_IF_ERROR(prepare(count, in_place));
       EC_RETURN_IF_ERROR(comm_.barrier());
       EC_RETURN_IF_ERROR(call(count, in_place));
-      wrong = count_wrong(count);
+      EC_ASSIGN_OR_RETURN(wrong, count_wrong(count));
     }
     // The slowest rank's time for each iteration, and the wrong elements of all ranks.
     EC_RETURN_IF_ERROR(

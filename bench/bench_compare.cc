@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "bench/bench_collective.h"
+#include "bench/bench_memory.h"
 #include "collectives/element_value.h"
 
 namespace eagercomm::bench {
@@ -20,6 +21,16 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
+// The common start line and the merge of the ranks' times: MPI's when the job is MPI's (the
+// baselines mpi and gloo run there), else eagercomm's own (nccl under eagercomm-run).
+Status start_line(Communicator& comm, bool mpi) { return mpi ? mpi_barrier() : comm.barrier(); }
+
+Status merge_doubles(Communicator& comm, bool mpi, double* values, size_t count, bool max) {
+  if (mpi) return mpi_allreduce_doubles(values, count, max);
+  return comm.allreduce(values, values, count, DataType::kFloat64,
+                        max ? ReduceOp::kMax : ReduceOp::kSum);
+}
+
 std::string fmt(const char* f, double x) {
   char b[64];
   std::snprintf(b, sizeof(b), f, x);
@@ -29,7 +40,7 @@ std::string fmt(const char* f, double x) {
 }  // namespace
 
 Result<std::vector<CompareRow>> run_compare(Communicator& comm, const Options& o,
-                                            const std::vector<Baseline>& baselines) {
+                                            const std::vector<Baseline>& baselines, bool mpi) {
   const int P = comm.size(), rank = comm.rank();
   const size_t es = dtype_size(o.type);
   std::vector<AllreduceFn> libs;
@@ -46,11 +57,15 @@ Result<std::vector<CompareRow>> run_compare(Communicator& comm, const Options& o
     if (n > 0 && (counts.empty() || counts.back() != n)) counts.push_back(n);
   }
   const size_t max_count = counts.empty() ? 0 : counts.back();
-  // The same two buffers serve every library (8-byte aligned storage).
-  std::vector<uint64_t> send_store(max_count * es / 8 + 8), recv_store(max_count * es / 8 + 8);
-  void* send = send_store.data();
-  void* recv = recv_store.data();
-  for (size_t i = 0; i < max_count; ++i) store_element(o.type, send, i, pattern(rank, i));
+  // The same two buffers serve every library, in host or device memory (--device).
+  EC_ASSIGN_OR_RETURN(BenchBuffer send_buf, BenchBuffer::allocate(o.device, max_count * es));
+  EC_ASSIGN_OR_RETURN(BenchBuffer recv_buf, BenchBuffer::allocate(o.device, max_count * es));
+  void* send = send_buf.data();
+  void* recv = recv_buf.data();
+  for (size_t i = 0; i < max_count; ++i) {
+    store_element(o.type, send_buf.host(), i, pattern(rank, i));
+  }
+  EC_RETURN_IF_ERROR(send_buf.upload(0, max_count * es));
 
   std::vector<CompareRow> rows;
   for (size_t count : counts) {
@@ -60,7 +75,7 @@ Result<std::vector<CompareRow>> run_compare(Communicator& comm, const Options& o
         // Every other iteration in reverse order, so no library always runs first after the
         // other's barrier (on oversubscribed cores the position changed times by up to 1.5x).
         const size_t l = it % 2 ? L - 1 - k : k;
-        EC_RETURN_IF_ERROR(mpi_barrier());
+        EC_RETURN_IF_ERROR(start_line(comm, mpi));
         const auto t0 = Clock::now();
         EC_RETURN_IF_ERROR(libs[l](send, recv, count, o.type, o.op));
         const auto t1 = Clock::now();
@@ -74,17 +89,18 @@ Result<std::vector<CompareRow>> run_compare(Communicator& comm, const Options& o
     for (size_t l = 0; l < L; ++l) {
       CompareCell cell;
       if (o.check) {
-        std::fill(recv_store.begin(), recv_store.end(), 0);
-        EC_RETURN_IF_ERROR(mpi_barrier());
+        EC_RETURN_IF_ERROR(recv_buf.clear());
+        EC_RETURN_IF_ERROR(start_line(comm, mpi));
         EC_RETURN_IF_ERROR(libs[l](send, recv, count, o.type, o.op));
+        EC_RETURN_IF_ERROR(recv_buf.download(count * es));
         double wrong = 0;
         for (size_t i = 0; i < count; ++i) {
-          wrong += load_element(o.type, recv, i) != reduce_expected(o.op, P, i);
+          wrong += load_element(o.type, recv_buf.host(), i) != reduce_expected(o.op, P, i);
         }
-        EC_RETURN_IF_ERROR(mpi_allreduce_doubles(&wrong, 1, false));
+        EC_RETURN_IF_ERROR(merge_doubles(comm, mpi, &wrong, 1, false));
         cell.wrong = static_cast<uint64_t>(wrong);
       }
-      EC_RETURN_IF_ERROR(mpi_allreduce_doubles(us[l].data(), us[l].size(), true));
+      EC_RETURN_IF_ERROR(merge_doubles(comm, mpi, us[l].data(), us[l].size(), true));
       cell.median_us = percentile(us[l], 0.5);
       cell.p99_us = percentile(us[l], 0.99);
       row.cells.push_back(cell);
@@ -98,15 +114,15 @@ void print_compare(FILE* out, const Options& o, int ranks, const std::string& tr
                    const std::vector<Baseline>& baselines, const std::vector<CompareRow>& rows) {
   std::fprintf(out,
                "# eagercomm-bench --compare: allreduce, %d processes, eagercomm transport %s, "
-               "%s %s\n",
+               "%s %s, %s buffers\n",
                ranks, transport.c_str(), std::string(dtype_name(o.type)).c_str(),
-               std::string(reduce_op_name(o.op)).c_str());
+               std::string(reduce_op_name(o.op)).c_str(), device_name(o.device));
   for (const Baseline& b : baselines) {
     std::fprintf(out, "# %-5s %s\n", b.name.c_str(), b.description.c_str());
   }
   std::fprintf(out,
                "# iterations %d (warm-up %d); each iteration runs every library in turn "
-               "from an MPI_Barrier;\n# time = median over iterations of the slowest rank; "
+               "from a barrier;\n# time = median over iterations of the slowest rank; "
                "ratio = eagercomm / library (< 1: eagercomm faster)\n#\n",
                o.iters, o.warmup);
   std::fprintf(out, "#%11s %11s %11s", "size", "count", "eagercomm");
@@ -143,6 +159,7 @@ std::string compare_json(const Options& o, int ranks, const std::string& transpo
   s += "  \"ranks\": " + std::to_string(ranks) + ",\n";
   s += "  \"transport\": \"" + transport + "\",\n";
   s += "  \"type\": \"" + std::string(dtype_name(o.type)) + "\",\n";
+  s += "  \"device\": \"" + std::string(device_name(o.device)) + "\",\n";
   s += "  \"iters\": " + std::to_string(o.iters) + ",\n  \"libraries\": [\"eagercomm\"";
   for (const Baseline& b : baselines) s += ", \"" + b.name + "\"";
   s += "],\n  \"rows\": [";

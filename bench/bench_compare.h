@@ -1,7 +1,8 @@
-// eagercomm-bench --compare mpi,gloo: eagercomm's allreduce and other libraries' on the same
-// processes and the same buffers. Every iteration runs each library once, in turn, each call
-// started from a common MPI_Barrier, so machine noise hits all of them alike; a call's time is
-// the slowest rank's.
+// eagercomm-bench --compare mpi,gloo,nccl: eagercomm's allreduce and other libraries' on the
+// same processes and the same buffers (host or, with --device cuda, GPU memory). Every iteration
+// runs each library once, in turn, each call started from a common barrier (MPI's in an MPI job,
+// else eagercomm's), so machine noise hits all of them alike; a call's time is the slowest
+// rank's.
 #pragma once
 
 #include <cstdio>
@@ -25,9 +26,10 @@ struct CompareRow {
   std::vector<CompareCell> cells;  // [0]: eagercomm, then the baselines in --compare order
 };
 
-// Runs on every rank (collective over MPI_COMM_WORLD and `comm`); every rank returns the rows.
+// Runs on every rank (collective over `comm`, and over MPI_COMM_WORLD when `mpi`: then MPI's
+// barrier and reductions frame the timings); every rank returns the rows.
 Result<std::vector<CompareRow>> run_compare(Communicator& comm, const Options& o,
-                                            const std::vector<Baseline>& baselines);
+                                            const std::vector<Baseline>& baselines, bool mpi);
 
 void print_compare(FILE* out, const Options& o, int ranks, const std::string& transport,
                    const std::vector<Baseline>& baselines, const std::vector<CompareRow>& rows);

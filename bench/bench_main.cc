@@ -1,6 +1,7 @@
 // eagercomm-bench: nccl-tests style collective benchmark. Ranks are threads of this process
 // (--ranks) or processes of a job (eagercomm-run, mpirun, srun, torchrun); the same measurement
 // code runs on every rank either way, and one process prints the report.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "bench/bench_collective.h"
 #include "bench/bench_compare.h"
 #include "bench/bench_imbalance.h"
+#include "bench/bench_memory.h"
 #include "bench/bench_p2p.h"
 #include "bench/bench_report.h"
 #include "bench/bench_world.h"
@@ -61,8 +63,9 @@ int run_imbalance_mode(World& world, const Options& o, const std::string& transp
 
 int run_compare_mode(World& world, const Options& o, const std::string& transport,
                      const std::vector<Baseline>& baselines) {
-  auto rows = world.run<std::vector<CompareRow>>(
-      [&](Communicator& c) { return run_compare(c, o, baselines); });
+  auto rows = world.run<std::vector<CompareRow>>([&](Communicator& c) {
+    return run_compare(c, o, baselines, world.kind() == WorldKind::kMpi);
+  });
   if (!rows) return 1;
   uint64_t wrong = 0;
   for (const CompareRow& r : *rows) {
@@ -111,12 +114,22 @@ int main(int argc, char** argv) {
   }
   const Options& o = parsed.value();
   if (o.p2p) return run_p2p_mode(o);
+  // Before joining a job: every rank of a GPU-less job says why, instead of failing later on an
+  // allocation.
+  if (Status s = check_device_available(o.device); !s.ok()) return fail(s);
 
   Result<std::unique_ptr<World>> created = World::create(o, &argc, &argv);
   if (!created.ok()) return fail(created.status());
   World& world = *created.value();
   if (Status s = check_for_ranks(o, world.size()); !s.ok()) {
     std::fprintf(stderr, "eagercomm-bench: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (world.comms().size() > 1 &&
+      std::find(o.compare.begin(), o.compare.end(), "nccl") != o.compare.end()) {
+    std::fprintf(stderr,
+                 "eagercomm-bench: --compare nccl needs one process per rank: start it with "
+                 "eagercomm-run -n N or mpirun\n");
     return 2;
   }
   const std::string transport = world.comms().front()->transport_name();

@@ -24,6 +24,8 @@ const char* pattern_name(DelayPattern p) {
   return "?";
 }
 
+const char* device_name(BufferDevice d) { return d == BufferDevice::kCuda ? "cuda" : "host"; }
+
 const char* collective_name(Collective c) {
   switch (c) {
     case Collective::kAllreduce:
@@ -45,7 +47,9 @@ void print_usage() {
       "      --world W         auto | threads | env | mpi: where ranks come from [auto: mpi\n"
       "                        under mpirun, env under eagercomm-run/torchrun/srun, else threads]\n"
       "      --compare LIST    also time these libraries' allreduce on the same processes and\n"
-      "                        buffers: mpi, gloo (needs --world mpi, i.e. mpirun)\n"
+      "                        buffers: mpi, gloo (need --world mpi, i.e. mpirun), nccl (needs\n"
+      "                        --device cuda and one process per rank)\n"
+      "      --device D        host | cuda: where the collectives' buffers live [host]\n"
       "      --p2p             transport write+notify latency and bandwidth between ranks 0, 1\n"
       "      --window N        writes in flight in the --p2p bandwidth test [64]\n"
       "      --consume         --p2p: the receiver reads the payload before it answers\n"
@@ -183,10 +187,20 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
     } else if (flag == "--compare") {
       o.compare = split_list(v);
       for (const std::string& c : o.compare) {
-        if (c != "mpi" && c != "gloo") {
+        if (c != "mpi" && c != "gloo" && c != "nccl") {
           return make_status(StatusCode::kInvalidArgument,
-                             "--compare: '%s' is not one of mpi, gloo", c.c_str());
+                             "--compare: '%s' is not one of mpi, gloo, nccl", c.c_str());
         }
+      }
+    } else if (flag == "--device") {
+      const std::string_view d = v;
+      if (d == "host")
+        o.device = BufferDevice::kHost;
+      else if (d == "cuda")
+        o.device = BufferDevice::kCuda;
+      else {
+        return make_status(StatusCode::kInvalidArgument, "--device: '%s' is not one of host|cuda",
+                           v);
       }
     } else if (flag == "--window") {
       EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 1, 4096));
@@ -274,12 +288,34 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
     if (o.coll != Collective::kAllreduce) {
       return Status(StatusCode::kInvalidArgument, "--compare times allreduce only (drop --coll)");
     }
-    if (o.world == WorldKind::kAuto) o.world = WorldKind::kMpi;
-    if (o.world != WorldKind::kMpi) {
-      return Status(
-          StatusCode::kInvalidArgument,
-          "--compare runs under mpirun (--world mpi): the baselines need MPI's processes");
+    bool needs_mpi = false, nccl = false;
+    for (const std::string& c : o.compare) {
+      needs_mpi |= c != "nccl";
+      nccl |= c == "nccl";
     }
+    // NCCL bootstraps through eagercomm's communicator, so any launcher will do; MPI and Gloo
+    // run inside MPI's processes.
+    if (needs_mpi) {
+      if (o.world == WorldKind::kAuto) o.world = WorldKind::kMpi;
+      if (o.world != WorldKind::kMpi) {
+        return Status(
+            StatusCode::kInvalidArgument,
+            "--compare mpi/gloo run under mpirun (--world mpi): they need MPI's processes");
+      }
+    }
+    if (nccl && o.device != BufferDevice::kCuda) {
+      return Status(StatusCode::kInvalidArgument,
+                    "--compare nccl times GPU buffers: add --device cuda");
+    }
+    if (nccl && o.world == WorldKind::kThreads) {
+      return Status(StatusCode::kInvalidArgument,
+                    "--compare nccl needs one process per rank (eagercomm-run -n N or mpirun), "
+                    "not --world threads");
+    }
+  }
+  if (o.device == BufferDevice::kCuda && (o.p2p || o.imbalance)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "--device cuda applies to the collective benchmarks, not --p2p or --imbalance");
   }
   if (o.imbalance) {
     if (!sizes_given) o.min_bytes = o.max_bytes = 1 << 20;

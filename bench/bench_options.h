@@ -29,6 +29,11 @@ enum class WorldKind {
   kMpi,      // processes started by mpirun, bootstrapped through MPI (communicator_from_mpi)
 };
 
+// Where the collective benchmarks keep their send/recv buffers (--device).
+enum class BufferDevice { kHost, kCuda };
+
+const char* device_name(BufferDevice d);
+
 struct Options {
   Collective coll = Collective::kAllreduce;
   size_t min_bytes = 8;                // -b
@@ -42,13 +47,14 @@ struct Options {
   int root = 0;                        // -r
   int ranks = 4;                       // -p / --ranks: in-process ranks
   bool ranks_given = false;
-  WorldKind world = WorldKind::kAuto;  // --world
-  std::vector<std::string> compare;    // --compare mpi,gloo: baselines run alongside
-  bool p2p = false;                    // --p2p: transport write+notify latency / bandwidth
-  int window = 64;                     // --window: writes in flight in the p2p bandwidth test
-  bool consume = false;                // --consume: p2p receiver reads each payload
-  bool in_place = true;                // -I 0 skips the in-place columns
-  std::string json;                    // --json FILE ("-": stdout instead of the table)
+  WorldKind world = WorldKind::kAuto;         // --world
+  std::vector<std::string> compare;           // --compare mpi,gloo,nccl: baselines run alongside
+  BufferDevice device = BufferDevice::kHost;  // --device host|cuda
+  bool p2p = false;                           // --p2p: transport write+notify latency / bandwidth
+  int window = 64;       // --window: writes in flight in the p2p bandwidth test
+  bool consume = false;  // --consume: p2p receiver reads each payload
+  bool in_place = true;  // -I 0 skips the in-place columns
+  std::string json;      // --json FILE ("-": stdout instead of the table)
 
   // --imbalance: partial collectives against the full allreduce under injected delays.
   bool imbalance = false;

@@ -27,15 +27,21 @@ std::string timing_json(const Row& row, const Timing& t, double factor) {
 void print_table(FILE* out, const RunInfo& info, const std::vector<Row>& rows) {
   const Options& o = info.options;
   const double factor = busbw_factor(o.coll, info.ranks);
-  std::fprintf(out, "# eagercomm-bench: %s, %d ranks, transport %s, reduction kernels %s\n",
-               collective_name(o.coll), info.ranks, info.transport.c_str(), info.kernels.c_str());
-  std::fprintf(out, "# iterations %d (warm-up %d), check %s; time = median over iterations of the "
-               "slowest rank\n", o.iters, o.warmup, o.check ? "on" : "off");
-  std::fprintf(out, "# single-thread memcpy bandwidth (reference limit, median of 30 copies "
-               "before and after): %.2f GB/s\n#\n", info.memcpy_gbps);
+  std::fprintf(out,
+               "# eagercomm-bench: %s, %d ranks, transport %s, reduction kernels %s, %s buffers\n",
+               collective_name(o.coll), info.ranks, info.transport.c_str(), info.kernels.c_str(),
+               device_name(o.device));
+  std::fprintf(out,
+               "# iterations %d (warm-up %d), check %s; time = median over iterations of the "
+               "slowest rank\n",
+               o.iters, o.warmup, o.check ? "on" : "off");
+  std::fprintf(out,
+               "# single-thread memcpy bandwidth (reference limit, median of 30 copies "
+               "before and after): %.2f GB/s\n#\n",
+               info.memcpy_gbps);
   std::fprintf(out, "#%62s%38s\n", "out-of-place", o.in_place ? "in-place" : "");
-  std::fprintf(out, "#%11s %13s %6s %6s %10s %7s %7s %6s", "size", "count", "type", "redop",
-               "time", "algbw", "busbw", "#wrong");
+  std::fprintf(out, "#%11s %13s %6s %6s %10s %7s %7s %6s", "size", "count", "type", "redop", "time",
+               "algbw", "busbw", "#wrong");
   if (o.in_place) std::fprintf(out, " %10s %7s %7s %6s", "time", "algbw", "busbw", "#wrong");
   std::fprintf(out, "\n#%11s %13s %6s %6s %10s %7s %7s %6s", "(B)", "(elements)", "", "", "(us)",
                "(GB/s)", "(GB/s)", "");
@@ -74,6 +80,7 @@ std::string to_json(const RunInfo& info, const std::vector<Row>& rows) {
   s += "  \"ranks\": " + std::to_string(info.ranks) + ",\n";
   s += "  \"transport\": \"" + info.transport + "\",\n";
   s += "  \"kernels\": \"" + info.kernels + "\",\n";
+  s += "  \"device\": \"" + std::string(device_name(info.options.device)) + "\",\n";
   s += "  \"type\": \"" + std::string(dtype_name(o.type)) + "\",\n";
   s += "  \"op\": \"" + std::string(reduce_op_name(o.op)) + "\",\n";
   s += "  \"iters\": " + std::to_string(o.iters) + ",\n";

@@ -44,6 +44,23 @@ set +e
 "$bench" --coll gather 2>"$tmp/err"; rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q "allreduce|broadcast" "$tmp/err" || fail "unknown collective not rejected clearly"
+# --device: cuda says why it cannot run on a machine without a GPU; unknown devices are refused
+# naming the accepted ones; --compare nccl wants GPU buffers.
+if "$info" -t 2>/dev/null | grep -A1 "^# GPUs" | grep -q "none:"; then
+  set +e
+  "$bench" --ranks 2 --device cuda -b 8 -e 64 -n 1 -w 0 >/dev/null 2>"$tmp/err"; rc=$?
+  set -e
+  [ $rc -ne 0 ] && grep -q -- "--device cuda: no GPU here" "$tmp/err" \
+    || fail "--device cuda without a GPU: exit $rc, $(cat "$tmp/err")"
+fi
+set +e
+"$bench" --device bogus 2>"$tmp/err"; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q "host|cuda" "$tmp/err" || fail "bad --device not rejected: $(cat "$tmp/err")"
+set +e
+"$bench" --compare nccl 2>"$tmp/err"; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q -- "--device cuda" "$tmp/err" || fail "--compare nccl without --device cuda"
 # Imbalance mode: every mode runs, the JSON has a row per (delay, mode), the plot script draws.
 "$bench" --imbalance --ranks 3 -b 64K -e 64K --delay-ms 0,3 -n 6 -w 1 --json "$tmp/imb.json" \
   >"$tmp/imb.txt" || fail "eagercomm-bench --imbalance exited $?"

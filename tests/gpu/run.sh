@@ -3,15 +3,16 @@
 # workstation, a cluster node, the device machine of a session): builds eagercomm with CUDA in
 # BUILD (default build/gpu), runs the CUDA kernel tests (bit for bit against the CPU kernels),
 # the GPU memory checks, device buffers through inproc and shm (CUDA IPC) and the device-free
-# GPU/GPUDirect tests, prints eagercomm-info's GPU and RDMA lines, and writes a JSON summary to
-# SUMMARY (default BUILD/gpu-summary.json).
+# GPU/GPUDirect tests, prints eagercomm-info's GPU and RDMA lines, benchmarks the allreduce of GPU
+# buffers against NCCL's on the same 2 processes (eagercomm-bench --device cuda --compare nccl,
+# 8 B .. 64 MiB; its JSON goes to BUILD/gpu-allreduce.json) and writes a JSON summary to SUMMARY
+# (default BUILD/gpu-summary.json).
 #
 # usage: tests/gpu/run.sh [BUILD] [SUMMARY]
-# Not yet in it (issue #6 items still open): a benchmark of the allreduce of GPU buffers (staged
-# through pinned host memory; device_collectives_test checks its results), hence no comparison
-# with NCCL; nccl-tests' all_reduce_perf is run for reference when it is on PATH. A verbs
-# transfer between GPU buffers (GPUDirect) needs two
-# RDMA hosts: docs/RDMA_AND_GPU.md says how to check it by hand.
+# With 2+ GPUs each rank gets its own (CUDA_VISIBLE_DEVICES = its local rank); with one, both
+# share GPU 0, which NCCL may refuse ("Duplicate GPU detected"): then eagercomm is benchmarked
+# alone and the summary carries NCCL's error. A verbs transfer between GPU buffers (GPUDirect)
+# needs two RDMA hosts: docs/RDMA_AND_GPU.md says how to check it by hand.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build/gpu}
@@ -29,7 +30,8 @@ cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DEAGERCOMM_WIT
   -DEAGERCOMM_WITH_TORCH=OFF >"$log/configure" 2>&1 || { cat "$log/configure"; exit 1; }
 cmake --build "$build" --target cuda_reduce_test gpu_parts_test gpu_ucx_test gpu_ipc_test \
   device_collectives_test \
-  verbs_connect_test verbs_wire_test verbs_device_test eagercomm-info \
+  verbs_connect_test verbs_wire_test verbs_device_test eagercomm-info eagercomm-run \
+  eagercomm-bench \
   >"$log/build" 2>&1 || { tail -50 "$log/build"; exit 1; }
 
 status=0
@@ -50,21 +52,53 @@ run_test verbs_device_test  # on an RDMA host: device choice and GPUDirect metho
 
 bw=$(awk '/cuda_reduce_bandwidth_gbps/ {print $2}' "$log/cuda_reduce_test")
 skipped=$(grep -cE '^\[  SKIPPED \] .*\([0-9]+ ms\)' "$log/cuda_reduce_test" || true)
-nccl="null"
-if command -v all_reduce_perf >/dev/null; then
-  all_reduce_perf -b 8 -e 64M -f 8 -g 1 >"$log/nccl" 2>&1 || true
-  nccl=$(awk '/^ +[0-9]+ / {v=$0} END {split(v, f); print (f[11] == "" ? "null" : f[11])}' "$log/nccl")
+# The allreduce of GPU buffers, eagercomm's (staged through pinned host memory) beside NCCL's.
+bench_json=$build/gpu-allreduce.json
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+rank_gpu=()  # one GPU per rank when there are enough: NCCL wants distinct devices
+if [[ ${gpus:-0} -ge 2 ]]; then
+  rank_gpu=(bash -c 'CUDA_VISIBLE_DEVICES=$EAGERCOMM_LOCAL_RANK exec "$@"' rank_gpu)
 fi
-python3 - "$summary" "$status" "${bw:-}" "$skipped" "$nccl" "$log/info" <<'PY'
-import json, sys
-path, status, bw, skipped, nccl, info = sys.argv[1:]
+bench=("$build/tools/eagercomm-run" -n 2 "${rank_gpu[@]}" "$build/bench/eagercomm-bench"
+       --device cuda -b 8 -e 64M -f 8 -n 20 -w 5 --json "$bench_json")
+rm -f "$bench_json"
+if "${bench[@]}" --compare nccl >"$log/bench" 2>&1; then
+  echo "gpu/run.sh: eagercomm-bench --device cuda --compare nccl passed"
+else
+  echo "gpu/run.sh: eagercomm-bench --compare nccl FAILED; eagercomm alone:"; status=1
+  cp "$log/bench" "$log/bench-nccl"
+  "${bench[@]}" >"$log/bench" 2>&1 || echo "gpu/run.sh: eagercomm-bench --device cuda FAILED"
+fi
+tail -12 "$log/bench"
+python3 - "$summary" "$status" "${bw:-}" "$skipped" "$bench_json" "$log/bench-nccl" \
+    "$log/info" <<'PY'
+import json, os, sys
+path, status, bw, skipped, bench_json, nccl_log, info = sys.argv[1:]
 lines = [l.strip("# \n") for l in open(info) if l.strip("# \n")]
+gpu_allreduce = {"ranks": 2, "error": "eagercomm-bench wrote no JSON (see its output above)"}
+if os.path.exists(bench_json):
+    d = json.load(open(bench_json))
+    row = d["rows"][-1]
+    busbw = lambda us: row["bytes"] / us / 1e3 * 2 * (d["ranks"] - 1) / d["ranks"] if us else None
+    if "eagercomm" in row:  # --compare: times in microseconds, one cell per library
+        ec, nccl = row["eagercomm"], row.get("nccl")
+    else:  # eagercomm alone: nccl-tests style row
+        ec, nccl = {"time_us": row["out_of_place"]["time_us"]}, None
+    gpu_allreduce = {
+        "ranks": d["ranks"], "transport": d["transport"], "bytes": row["bytes"],
+        "path": "staged through pinned host memory",
+        "eagercomm_time_us": ec["time_us"], "eagercomm_busbw_gbps": busbw(ec["time_us"]),
+        "nccl_time_us": nccl["time_us"] if nccl else None,
+        "nccl_busbw_gbps": busbw(nccl["time_us"]) if nccl else None,
+        "ratio_eagercomm_over_nccl": nccl["ratio"] if nccl else None,
+    }
+if os.path.exists(nccl_log):
+    gpu_allreduce["nccl_error"] = open(nccl_log).read()[-2000:]
 json.dump({
     "passed": status == "0",
     "cuda_tests_skipped": int(skipped),
     "cuda_reduce_bandwidth_gbps": float(bw) if bw else None,
-    "nccl_allreduce_busbw_gbps_64MiB_1gpu": None if nccl == "null" else float(nccl),
-    "eagercomm_gpu_allreduce": "staged through pinned host memory; not benchmarked yet",
+    "gpu_allreduce_largest": gpu_allreduce,
     "eagercomm_info": lines,
 }, open(path, "w"), indent=2)
 print("gpu/run.sh: wrote", path)
