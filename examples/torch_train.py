@@ -78,7 +78,10 @@ def train(config, args, shard, test):
         opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
     else:
         net = model
-        opt = et.EagerSGD(model.parameters(), lr=args.lr, momentum=args.momentum, mode="solo")
+        # Staleness acts as extra momentum: eager modes use at most --eager-momentum, as
+        # eagercomm-train does (sgd/EXPERIMENTS.md).
+        opt = et.EagerSGD(model.parameters(), lr=args.lr,
+                          momentum=min(args.momentum, args.eager_momentum), mode="solo")
     x, y = shard
     steps = len(x) // args.batch
     dist.barrier()
@@ -116,6 +119,8 @@ def main():
     p.add_argument("--batch", type=int, default=32, help="per rank")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--eager-momentum", type=float, default=0.7,
+                   help="cap on EagerSGD's momentum (staleness adds its own)")
     p.add_argument("-k", type=int, default=1, help="ranks delayed per step")
     p.add_argument("--delay-ms", type=float, default=30.0, help="delay of each of them")
     p.add_argument("--seed", type=int, default=1)
