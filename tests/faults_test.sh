@@ -74,11 +74,12 @@ for transport in "${transports[@]}"; do
   shm_clean "$what"
   echo "faults_test: $what: survivors named rank $victim; exit 137 after ${took}s"
 
-  # A rank SIGKILLed during bootstrap: a timeout naming it, or a peer failure after the join.
+  # A rank SIGKILLed during bootstrap: a timeout naming it, the transport failing to connect to
+  # it (ucx: "cannot reach rank 2", an I/O error), or a peer failure after the join.
   job "$transport" 3s kill-bootstrap
   what="$transport kill-bootstrap"
   [ $rc -ne 0 ] || fail "$what: launcher exited 0"
-  survivors_detected "$what" "peer failed|timeout" "rank $victim|joined: $victim" 8
+  survivors_detected "$what" "peer failed|timeout|i/o error" "rank $victim|joined: $victim" 8
   shm_clean "$what"
   echo "faults_test: $what: survivors named rank $victim; exit $rc after ${took}s"
 
