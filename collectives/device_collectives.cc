@@ -57,13 +57,13 @@ Status DeviceStaging::copy_sync(void* dst, const void* src, size_t bytes) {
   return stream_.synchronize();
 }
 
-Status DeviceStaging::allreduce(HostCollectives& host, const void* send, void* recv, size_t count,
-                                DataType type, ReduceOp op) {
-  std::lock_guard<std::mutex> lock(mu_);
+Result<void*> DeviceStaging::gather_staged(HostCollectives& host, const char* what,
+                                           const void* send, size_t count, DataType type,
+                                           size_t* bytes_out) {
   const size_t P = static_cast<size_t>(host.size());
   void* staged = nullptr;
   void* gathered = nullptr;
-  Result<size_t> bytes = checked_bytes("allreduce", count, type, P);
+  Result<size_t> bytes = checked_bytes(what, count, type, P);
   // Whatever fails before the allgather fails it on every rank (local_error), not just here.
   Status local = bytes.status();
   if (local.ok()) {
@@ -73,15 +73,24 @@ Status DeviceStaging::allreduce(HostCollectives& host, const void* send, void* r
     if (local.ok()) {
       staged = *s;
       gathered = *g;
-      local = copy_sync(staged, send, *bytes);
+      local = copy_sync(staged, send, *bytes);  // before recv is written: send may lie in it
     }
   }
   EC_RETURN_IF_ERROR(host.allgather(staged, gathered, count, type, local));
+  *bytes_out = *bytes;
+  return gathered;
+}
+
+Status DeviceStaging::allreduce(HostCollectives& host, const void* send, void* recv, size_t count,
+                                DataType type, ReduceOp op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t P = static_cast<size_t>(host.size());
+  size_t b = 0;
+  EC_ASSIGN_OR_RETURN(void* gathered, gather_staged(host, "allreduce", send, count, type, &b));
   if (count == 0) return Status::Ok();
 
   // Past the allgather every rank has every contribution: a failure from here on is this
   // rank's alone (the peers' results do not depend on it).
-  const size_t b = *bytes;
   const bool recv_on_device = is_device_pointer(recv);
   EC_ASSIGN_OR_RETURN(void* scratch, device(scratch_, b * P + (recv_on_device ? 0 : b)));
   uint8_t* blocks = static_cast<uint8_t*>(scratch);
@@ -121,23 +130,9 @@ Status DeviceStaging::broadcast(HostCollectives& host, void* buf, size_t count, 
 Status DeviceStaging::allgather(HostCollectives& host, const void* send, void* recv, size_t count,
                                 DataType type) {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t P = static_cast<size_t>(host.size());
-  Result<size_t> bytes = checked_bytes("allgather", count, type, P);
-  Status local = bytes.status();
-  void* staged = nullptr;
-  void* gathered = nullptr;
-  if (local.ok()) {
-    Result<void*> s = pinned(send_, *bytes);
-    Result<void*> g = s.ok() ? pinned(gathered_, *bytes * P) : Result<void*>(s.status());
-    local = g.status();
-    if (local.ok()) {
-      staged = *s;
-      gathered = *g;
-      local = copy_sync(staged, send, *bytes);  // before recv is written: send may lie in it
-    }
-  }
-  EC_RETURN_IF_ERROR(host.allgather(staged, gathered, count, type, local));
-  return copy_sync(recv, gathered, *bytes * P);
+  size_t b = 0;
+  EC_ASSIGN_OR_RETURN(void* gathered, gather_staged(host, "allgather", send, count, type, &b));
+  return copy_sync(recv, gathered, b * static_cast<size_t>(host.size()));
 }
 
 }  // namespace eagercomm::detail

@@ -58,6 +58,10 @@ class DeviceStaging {
   Result<void*> device(gpu::DeviceBuffer& buf, size_t bytes);
   // Copies on the stream and waits for it.
   Status copy_sync(void* dst, const void* src, size_t bytes);
+  // Copies `send` (count elements) into pinned memory and allgathers every rank's copy; a local
+  // failure before that fails the allgather on every rank. The gathered blocks, `*bytes` each.
+  Result<void*> gather_staged(HostCollectives& host, const char* what, const void* send,
+                              size_t count, DataType type, size_t* bytes);
 
   std::mutex mu_;
   gpu::Stream stream_;
