@@ -326,6 +326,14 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
   }
   if (o.p2p && !iters_given) o.iters = 1000;
   if (o.p2p && !sizes_given) o.max_bytes = 4 << 20;
+  // Sizes grow by multiplying by -f: from 0 they never would (the size loop ran forever). A
+  // barrier has no size.
+  if ((o.min_bytes == 0 || o.max_bytes == 0) && o.coll != Collective::kBarrier) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "%s 0: sizes start at 1 byte (each step multiplies by -f, which 0 never "
+                       "leaves)",
+                       o.min_bytes == 0 ? "-b" : "-e");
+  }
   if (o.min_bytes > o.max_bytes) {
     return make_status(StatusCode::kInvalidArgument, "-b %zu is larger than -e %zu", o.min_bytes,
                        o.max_bytes);

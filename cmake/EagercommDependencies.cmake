@@ -14,10 +14,28 @@ include_guard(GLOBAL)
 
 find_package(PkgConfig QUIET)
 
+# EAGERCOMM_REQUIRE_ALL=ON (what `make check` and CI configure with): every dependency left at
+# AUTO becomes ON, and so do the parts that need no option of their own (the Python package,
+# the torch extension, the Gloo baseline): a machine that lacks one fails at configure time,
+# naming the Debian package, instead of building and testing less. OFF stays OFF (the sanitizer
+# presets turn CUDA and LibTorch off on purpose).
+option(EAGERCOMM_REQUIRE_ALL "Fail configuration when any optional part cannot be built" OFF)
+
+# Stops configuration when EAGERCOMM_REQUIRE_ALL is on and `what` cannot be built.
+function(eagercomm_require what why packages)
+  if(EAGERCOMM_REQUIRE_ALL)
+    message(FATAL_ERROR
+      "EAGERCOMM_REQUIRE_ALL=ON but ${what} cannot be built: ${why}.\n"
+      "Install it with: sudo apt-get install -y ${packages} (deploy/install-deps.sh does)\n"
+      "or configure with -DEAGERCOMM_REQUIRE_ALL=OFF to build without it.")
+  endif()
+endfunction()
+
 set(EAGERCOMM_DEPENDENCIES UCX VERBS CUDA MPI TORCH)
 set(EAGERCOMM_DEP_UCX_PACKAGES "libucx-dev")
 set(EAGERCOMM_DEP_VERBS_PACKAGES "libibverbs-dev librdmacm-dev")
-set(EAGERCOMM_DEP_CUDA_PACKAGES "nvidia-cuda-toolkit")
+set(EAGERCOMM_DEP_CUDA_PACKAGES
+    "nvidia-cuda-toolkit (non-free; or NVIDIA's toolkit in /usr/local/cuda)")
 set(EAGERCOMM_DEP_MPI_PACKAGES "libopenmpi-dev")
 set(EAGERCOMM_DEP_TORCH_PACKAGES "libtorch-dev")
 
@@ -27,7 +45,9 @@ function(_eagercomm_dependency_option name doc)
   set(EAGERCOMM_WITH_${name} AUTO CACHE STRING "${doc} (AUTO, ON or OFF)")
   set_property(CACHE EAGERCOMM_WITH_${name} PROPERTY STRINGS AUTO ON OFF)
   string(TOUPPER "${EAGERCOMM_WITH_${name}}" mode)
-  if(mode STREQUAL "AUTO" OR mode STREQUAL "")
+  if((mode STREQUAL "AUTO" OR mode STREQUAL "") AND EAGERCOMM_REQUIRE_ALL)
+    set(mode ON)
+  elseif(mode STREQUAL "AUTO" OR mode STREQUAL "")
     set(mode AUTO)
   elseif(mode MATCHES "^(ON|YES|TRUE|Y|1)$")
     set(mode ON)
@@ -50,7 +70,8 @@ function(_eagercomm_dependency_result name found detail)
   else()
     if(mode STREQUAL "ON")
       message(FATAL_ERROR
-        "EAGERCOMM_WITH_${name}=ON but it was not found: ${detail}.\n"
+        "EAGERCOMM_WITH_${name}=ON (or EAGERCOMM_REQUIRE_ALL=ON) but it was not found: "
+        "${detail}.\n"
         "Install it with: sudo apt-get install -y ${EAGERCOMM_DEP_${name}_PACKAGES}\n"
         "or configure with -DEAGERCOMM_WITH_${name}=AUTO (use when present) or OFF.")
     endif()

@@ -5,7 +5,8 @@
 # Installed layout (GNUInstallDirs):
 #   lib/libeagercomm.so.<version>, .so.<soversion>, .so
 #   include/eagercomm/{runtime,transport,collectives}/*.h   (+ runtime/build_config.h)
-#   bin/eagercomm-info, bin/eagercomm-bench                 (when those targets exist)
+#   bin/eagercomm-info, bin/eagercomm-bench, bin/eagercomm-run   (when those targets exist)
+#   <python site dir>/eagercomm/{_core,_torch}*.so + *.py   (python/, when built)
 #   lib/cmake/eagercomm/eagercomm{Config,ConfigVersion,Targets*}.cmake
 #   lib/pkgconfig/eagercomm.pc
 # Headers include each other as "runtime/status.h", so consumers get both include/eagercomm
@@ -68,7 +69,7 @@ else()
        "/prefix/${CMAKE_INSTALL_LIBDIR}")
   set(_ec_tool_rpath "$ORIGIN/${_ec_bin_to_lib}")
 endif()
-foreach(tool IN ITEMS eagercomm-info eagercomm-bench)
+foreach(tool IN ITEMS eagercomm-info eagercomm-bench eagercomm-run)
   if(TARGET ${tool})
     get_target_property(rpath ${tool} INSTALL_RPATH)
     if(NOT rpath)

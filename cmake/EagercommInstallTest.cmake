@@ -14,9 +14,10 @@ endif()
 
 add_test(NAME install_consumer
   COMMAND "${EAGERCOMM_BASH}" "${PROJECT_SOURCE_DIR}/tests/install/run.sh" "${PROJECT_BINARY_DIR}")
-# The consumer is built with this build's cmake and compiler, so that a build configured with
+# The consumers are built with this build's cmake and compilers (not EAGERCOMM_* names: the
+# ranks the test starts would warn about unknown EAGERCOMM_* variables), so that a build configured with
 # another toolchain is tested with it.
 set_tests_properties(install_consumer PROPERTIES
   LABELS install
   TIMEOUT 600
-  ENVIRONMENT "EAGERCOMM_CMAKE=${CMAKE_COMMAND};EAGERCOMM_CXX=${CMAKE_CXX_COMPILER}")
+  ENVIRONMENT "EC_INSTALL_CMAKE=${CMAKE_COMMAND};EC_INSTALL_CXX=${CMAKE_CXX_COMPILER};EC_INSTALL_CC=${CMAKE_C_COMPILER}")

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "collectives/algorithms.h"
+#include "runtime/deadline.h"
 #include "runtime/log.h"
 #include "transport/registry.h"
 
@@ -18,6 +19,17 @@ namespace {
 constexpr uint32_t kControlPeerExit = 1;   // argument: the first collective it will not run
 constexpr uint32_t kControlHeartbeat = 2;  // argument: how many collectives it has begun
 constexpr uint32_t kControlEvicted = 3;    // the sender declared the receiver hung
+
+// Signature probes. A mismatch is found where a message of one call reaches a rank running
+// another (dispatch compares signatures), but mismatched calls can also wait on each other
+// without any message crossing: a small allreduce waits in the boxes and sends nothing, a
+// broadcast's non-root waits for its parent, recursive doubling's first step waits for a
+// partner that runs a broadcast. So a plain collective that has waited kProbeAfter (only while
+// its driver idles: no clock is read on the fast path) sends its signature to every peer, once;
+// a peer running the same call with another signature fails it there and tells everyone, and a
+// peer that has not begun it compares when it does. A call that merely waits for a slow peer
+// pays P-1 small messages, once.
+constexpr std::chrono::milliseconds kProbeAfter(50);
 
 // "2.3s": silences and waits as people read them (format_duration keeps every digit).
 std::string seconds_text(std::chrono::nanoseconds d) {
@@ -179,9 +191,7 @@ Status CommCore::wait_for_all(Store& store, const std::string& scope, const std:
   std::vector<std::string> keys;
   for (int peer = 0; peer < size_; ++peer) keys.push_back(p + prefix + std::to_string(peer));
   // Wait in slices, looking between them for ranks that reported a failure to join.
-  const auto deadline = config_.timeout > std::chrono::nanoseconds::zero()
-                            ? std::chrono::steady_clock::now() + config_.timeout
-                            : std::chrono::steady_clock::time_point::max();
+  const auto deadline = deadline_after(config_.timeout);
   Status waited;
   for (;;) {
     waited = store.wait(keys, std::chrono::milliseconds(50));
@@ -260,8 +270,7 @@ Status CommCore::run(std::shared_ptr<Op> op, bool kick, std::chrono::nanoseconds
 }
 
 Engine::Clock::time_point CommCore::deadline(std::chrono::nanoseconds timeout) {
-  return timeout > std::chrono::nanoseconds::zero() ? Engine::Clock::now() + timeout
-                                                    : Engine::Clock::time_point::max();
+  return deadline_after(timeout);
 }
 
 Status CommCore::timed_out(const Op& op, std::chrono::nanoseconds waited) const {
@@ -399,7 +408,61 @@ int CommCore::progress() {
   return events;
 }
 
+std::chrono::nanoseconds CommCore::send_due_probes() {
+  auto next = std::chrono::nanoseconds::max();
+  if (size_ < 2) return next;
+  const auto now = std::chrono::steady_clock::now();
+  for (Op* op : active_) {
+    // Streams wait by design; a small-box allreduce is probed by its mismatched peers, and
+    // compares signatures in the boxes with matching ones (its probes would only take slots).
+    if (op->probed || key_stream(op->key()) != 0 || op->uses_small_boxes()) continue;
+    if (op->waiting_since == std::chrono::steady_clock::time_point{}) op->waiting_since = now;
+    const auto due = op->waiting_since + kProbeAfter;
+    if (now < due) {
+      next = std::min<std::chrono::nanoseconds>(next, due - now);
+      continue;
+    }
+    if (op->probe_next == 0) ++stats_.probes_sent;
+    // A probe takes a slot only where more than half are free: the notices that matter more
+    // (an abandoned call's error, which an idle rank cannot resend) keep their room. The other
+    // peers are probed on a later pass.
+    for (; op->probe_next < size_; ++op->probe_next) {
+      const int peer = op->probe_next;
+      if (peer == rank_ || gone_from_[peer] >= 0) continue;
+      if (mailbox_->credits(peer) <= mailbox_->slots() / 2) break;
+      MsgHeader h;
+      h.key = op->key();
+      h.sig = op->sig();
+      h.kind = static_cast<uint32_t>(MsgKind::kProbe);
+      outgoing_.push_back(Outgoing{peer, h, std::string()});
+      send_outgoing();
+    }
+    if (op->probe_next < size_) {
+      next = std::min<std::chrono::nanoseconds>(next, kProbeAfter / 10);
+    } else {
+      op->probed = true;
+    }
+  }
+  return next;
+}
+
+void CommCore::check_early_probes(Op* op) {
+  for (auto it = early_probes_.begin(); it != early_probes_.end();) {
+    if (it->key != op->key()) {
+      ++it;
+      continue;
+    }
+    const EarlyProbe probe = *it;
+    it = early_probes_.erase(it);
+    if (!(probe.sig == op->sig()) && is_active(op)) {
+      fail(op, signature_mismatch(key_seq(probe.key), probe.peer, probe.sig, rank_, op->sig()),
+           true);
+    }
+  }
+}
+
 void CommCore::block(std::chrono::nanoseconds timeout) {
+  timeout = std::min(timeout, send_due_probes());
   // Deferred sends wait for room at a peer, which no notification announces: poll again soon.
   if (!outgoing_.empty() || mailbox_->has_deferred()) {
     timeout = std::min<std::chrono::nanoseconds>(timeout, std::chrono::microseconds(50));
@@ -463,6 +526,7 @@ void CommCore::activate(Op* op) {
   } else if (Status s = op->start(ctx_); !s.ok()) {
     fail(op, s, true);
   }
+  if (!early_probes_.empty()) check_early_probes(op);
   if (!unexpected_.empty()) {
     // Borrowed, not referenced: dispatching can start a stream operation, which comes here
     // again.
@@ -556,6 +620,11 @@ void CommCore::dispatch(InMessage* m) {
         Status s = op_error_status();
         failed_early_[h.key] = s;
         mailbox_->release(m);
+      } else if (kind == MsgKind::kProbe) {
+        // Kept as a signature, not as a message: a far-behind rank must not hold the slots
+        // that the data of its earlier calls needs.
+        early_probes_.push_back(EarlyProbe{h.key, m->peer, h.sig});
+        mailbox_->release(m);
       } else {
         ++stats_.unexpected_messages;
         unexpected_.emplace_back(h.key, m);
@@ -580,6 +649,10 @@ void CommCore::dispatch(InMessage* m) {
     Status s = signature_mismatch(key_seq(h.key), m->peer, h.sig, rank_, op->sig());
     mailbox_->release(m);
     fail(op, s, true);
+    return;
+  }
+  if (kind == MsgKind::kProbe) {  // the same call: nothing for the operation itself
+    mailbox_->release(m);
     return;
   }
   Status s = op->on_message(ctx_, Received{m, h});
@@ -777,7 +850,16 @@ void CommCore::fail(Op* op, const Status& status, bool tell_peers, int stopped_p
   // An operation that shares buffers also tells peers that already left: a leaver waits, in
   // destroy(), for everyone to confirm they stopped touching its buffers.
   const bool shares = op->shares_buffers();
-  if (tell_peers || shares) {
+  // Its probes are moot now, and must not take the mailbox slots its error notice needs.
+  std::erase_if(outgoing_, [&](const Outgoing& o) {
+    return o.header.key == op->key() && o.header.kind == static_cast<uint32_t>(MsgKind::kProbe);
+  });
+  // A rank that stops a plain collective because a peer reported a failure says so too: a peer
+  // whose buffers others may hold (direct allreduce) completes its failure only once every rank
+  // has said it stopped (the reporter included: it may share buffers too), and this rank may be
+  // one that never got its keys, whose own report it would otherwise wait for until the
+  // timeout. (Partial rounds, on streams, have their own closing protocol.)
+  if (tell_peers || shares || key_stream(op->key()) == 0) {
     const std::string text = "rank " + std::to_string(rank_) +
                              (tell_peers ? " reported: " : " stopped: ") + status.message();
     // The cause travels on (a mismatch stays a mismatch); this rank's own abort is, for the

@@ -33,6 +33,7 @@ struct CoreStats {
   uint64_t ops_failed = 0;
   uint64_t stale_messages = 0;
   uint64_t unexpected_messages = 0;
+  uint64_t probes_sent = 0;  // collectives that waited long enough to compare signatures
 };
 
 class CommCore final : public ProgressSource {
@@ -144,6 +145,11 @@ class CommCore final : public ProgressSource {
   Status connect_small_boxes(Store& store, const std::string& scope);
   // Whether an active operation that uses the small boxes could advance now.
   bool small_news();
+  // Signature probes (see the comment in comm_core.cc): sends one for every collective that has
+  // waited kProbeAfter, and returns how long until the next one is due (max: none).
+  std::chrono::nanoseconds send_due_probes();
+  // Fails `op` if a probe that arrived before it began carried another signature.
+  void check_early_probes(Op* op);
   void begin(Op* op);
   void activate(Op* op);
   void handle(const TransportCompletion& c, int* events);
@@ -208,6 +214,13 @@ class CommCore final : public ProgressSource {
   std::map<OpKey, Status> failed_early_;  // errors for operations not begun yet
   std::vector<int64_t> gone_from_;        // per peer: first sequence it will never run (-1)
   // Header-only or short text messages waiting for a free slot at their peer.
+  // Probes for collectives this rank had not begun when they came: (key, sender, signature).
+  struct EarlyProbe {
+    OpKey key;
+    int peer;
+    OpSignature sig;
+  };
+  std::vector<EarlyProbe> early_probes_;
   struct Outgoing {
     int peer;
     MsgHeader header;

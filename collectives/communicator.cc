@@ -9,6 +9,7 @@
 #include "collectives/cuda/cuda_reduce.h"
 #include "collectives/device_collectives.h"
 #include "collectives/device_routing.h"
+#include "runtime/deadline.h"
 #include "runtime/gpu.h"
 #include "runtime/job_bootstrap.h"
 #include "runtime/log.h"
@@ -20,11 +21,6 @@ using detail::CollKind;
 using detail::OpSignature;
 
 namespace {
-
-Engine::Clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
-  if (timeout <= std::chrono::nanoseconds::zero()) return Engine::Clock::time_point::max();
-  return Engine::Clock::now() + timeout;
-}
 
 bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
@@ -134,6 +130,12 @@ Status Request::wait() {
   return wait(kConfiguredTimeout);
 }
 
+Status Request::abandon(std::chrono::nanoseconds waited) {
+  if (!op_) return Status(StatusCode::kInvalidArgument, "abandon() on an empty Request");
+  if (op_->done()) return op_->status();
+  return core_->abandon(*op_, waited);
+}
+
 // ---- Communicator ----
 
 Communicator::Communicator(std::shared_ptr<detail::CommCore> core) : core_(std::move(core)) {}
@@ -189,6 +191,9 @@ Result<std::unique_ptr<Communicator>> Communicator::from_env(const CommunicatorO
 int Communicator::rank() const { return core_->rank(); }
 int Communicator::size() const { return core_->size(); }
 const std::string& Communicator::transport_name() const { return core_->transport_name(); }
+std::chrono::nanoseconds Communicator::configured_timeout() const {
+  return core_->config().timeout;
+}
 
 void Communicator::destroy() {
   if (core_) core_->destroy();

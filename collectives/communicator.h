@@ -75,6 +75,12 @@ class Request {
   Status wait(std::chrono::nanoseconds timeout);
   // wait() with EAGERCOMM_TIMEOUT (0: forever).
   Status wait();
+  // Gives up on the operation as a blocking collective does at its timeout: fails it on every
+  // rank (the peers' calls fail with this rank's report instead of waiting for it), waits until
+  // no peer uses its buffers, and returns the timeout error naming the ranks that had not
+  // started it, as of `waited`. Its status if it had already finished. For callers that wait in
+  // slices of their own (the Python module looks for Ctrl-C between them).
+  Status abandon(std::chrono::nanoseconds waited);
 
  private:
   friend class Communicator;
@@ -126,6 +132,9 @@ class Communicator {
   int size() const;
   // The transport in use ("inproc", ...).
   const std::string& transport_name() const;
+  // What kConfiguredTimeout stands for in this communicator's calls (EAGERCOMM_TIMEOUT, or the
+  // configuration it was made with; 0: forever).
+  std::chrono::nanoseconds configured_timeout() const;
 
   // recv = op over ranks of send, elementwise. send == recv is in place. Buffers of
   // `count` elements; any count, including 0.

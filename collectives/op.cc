@@ -19,6 +19,8 @@ const char* coll_kind_name(CollKind kind) {
 }
 
 std::string describe(const OpSignature& sig) {
+  if (sig.root == kPartialCreateTag) return "partial allreduce creation";
+  if (sig.root == kPartialFlushTag) return "partial allreduce flush()";
   const auto kind = static_cast<CollKind>(sig.coll);
   const char* name = coll_kind_name(kind);
   const std::string type =
@@ -72,6 +74,9 @@ void Op::rearm(OpSignature sig) {
   sig_ = sig;
   key_ = 0;
   precheck_error = Status::Ok();
+  waiting_since = {};
+  probed = false;
+  probe_next = 0;
   keep_alive.reset();
   status_ = Status::Ok();
   done_.store(false, std::memory_order_relaxed);

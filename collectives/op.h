@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -35,7 +36,14 @@ struct OpSignature {
   bool operator==(const OpSignature&) const = default;
 };
 static_assert(sizeof(OpSignature) == 16);
-// "allreduce(count=10, f32, sum)".
+// OpSignature::root of the collectives a partial allreduce runs on the collective stream (no
+// application call has a negative root): describe() then names what the application called, not
+// the internal allgather / allreduce, and a rank that made an ordinary collective of the same
+// shape meanwhile gets a mismatch instead of joining it.
+inline constexpr int32_t kPartialCreateTag = -2;
+inline constexpr int32_t kPartialFlushTag = -3;
+// "allreduce(count=10, f32, sum)"; "partial allreduce creation" / "partial allreduce flush()"
+// for the tags.
 std::string describe(const OpSignature& sig);
 // kMismatch for call #seq: `peer` called `theirs`, `rank` called `mine` (or, when only the
 // algorithms differ, the settings that choose them do).
@@ -60,6 +68,7 @@ enum class MsgKind : uint32_t {
   kArrive = 7,    // partial allreduce: the sender posted fresh for round `a` (to its coordinator)
   kStreamClosed = 8,  // partial allreduce: the sender will not finish rounds from `a` on
   kFlushing = 9,      // partial allreduce: the sender is in flush number `a` and posts no more
+  kProbe = 10,        // the sender has waited in this collective: compare signatures (comm_core.cc)
 };
 
 struct MsgHeader {
@@ -138,6 +147,12 @@ class Op : public MpscNode {
   // A local error found before start (bad arguments): the engine fails the operation on
   // every rank with it instead of starting it.
   Status precheck_error;
+
+  // Signature probe state (comm_core.cc): when the idle driver first saw the operation waiting
+  // (zero: not yet), and whether its probe went out.
+  std::chrono::steady_clock::time_point waiting_since{};
+  bool probed = false;
+  int probe_next = 0;  // the peers below it have been probed
 
   // The engine's reference while the operation is queued or active.
   std::shared_ptr<Op> self;

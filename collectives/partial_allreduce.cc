@@ -10,6 +10,7 @@
 #include "collectives/partial_shared.h"
 #include "collectives/partial_stream.h"
 #include "collectives/reduce_kernels.h"
+#include "runtime/deadline.h"
 #include "runtime/gpu.h"
 #include "runtime/log.h"
 
@@ -160,8 +161,22 @@ std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_
              what, x, rank_b, what, y);
     return std::string(buf);
   };
+  // Enumerations by name ("dtype=f32", "late=drop"), the rest as numbers.
+  auto say_names = [&](const char* what, const std::string& x, const std::string& y) {
+    snprintf(buf, sizeof(buf),
+             "partial allreduce: rank %d created it with %s=%s but rank %d with %s=%s", rank_a,
+             what, x.c_str(), rank_b, what, y.c_str());
+    return std::string(buf);
+  };
+  auto type_name = [](uint32_t t) {
+    return is_valid_dtype(t) ? std::string(dtype_name(static_cast<DataType>(t)))
+                             : "type " + std::to_string(t);
+  };
+  auto late_name = [](uint32_t l) {
+    return l == 0 ? std::string("carry") : l == 1 ? std::string("drop") : std::to_string(l);
+  };
   if (a.count != b.count) return say("count", a.count, b.count);
-  if (a.dtype != b.dtype) return say("type", a.dtype, b.dtype);
+  if (a.dtype != b.dtype) return say_names("dtype", type_name(a.dtype), type_name(b.dtype));
   if (a.kind != b.kind || a.quorum != b.quorum) {
     auto name = [](const Descriptor& d) {
       return d.kind <= 3 ? PartialMode{static_cast<PartialKind>(d.kind), d.quorum}.name()
@@ -171,7 +186,7 @@ std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_
              rank_a, name(a).c_str(), rank_b, name(b).c_str());
     return buf;
   }
-  if (a.late != b.late) return say("late", a.late, b.late);
+  if (a.late != b.late) return say_names("late", late_name(a.late), late_name(b.late));
   if (a.sync_every != b.sync_every) return say("sync_every", a.sync_every, b.sync_every);
   if (a.seed != b.seed) return say("seed", a.seed, b.seed);
   if (a.result_depth != b.result_depth) return say("result_depth", a.result_depth, b.result_depth);
@@ -244,6 +259,7 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   sig.dtype = static_cast<uint8_t>(DataType::kInt64);
   sig.count = words;
   sig.reserved = static_cast<uint8_t>(detail::Algo::kRing);
+  sig.root = detail::kPartialCreateTag;  // errors name the creation, not this allgather
   EC_RETURN_IF_ERROR(core->run(detail::make_ring_allgather(sig, &mine, all.data())));
   for (int r = 1; r < P; ++r) {
     std::string diff = first_difference(all[0], all[r], 0, r);
@@ -401,12 +417,16 @@ Result<std::optional<RoundResult>> PartialAllreduce::poll() {
 }
 
 Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout) {
+  return wait(timeout, nullptr);
+}
+
+Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
+                                           const std::function<Status()>& check) {
+  constexpr std::chrono::milliseconds kCheckEvery{50};
   PartialShared& s = *shared_;
   log_set_thread_rank(s.rank);
   timeout = core_->resolve(timeout);
-  const auto deadline = timeout > std::chrono::nanoseconds::zero()
-                            ? Engine::Clock::now() + timeout
-                            : Engine::Clock::time_point::max();
+  const auto deadline = deadline_after(timeout);
   for (;;) {
     EC_ASSIGN_OR_RETURN(std::optional<RoundResult> r, poll());
     if (r) return std::move(*r);
@@ -424,7 +444,15 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout) {
           return s.results.size_approx() > 0 || s.broken.load(std::memory_order_acquire) ||
                  s.closed.load(std::memory_order_acquire);
         },
-        deadline);
+        check ? std::min(deadline, deadline_after(kCheckEvery)) : deadline);
+    if (!ready && check && Engine::Clock::now() < deadline) {
+      Status stop = check();
+      if (stop.ok()) continue;
+      last_timeout_ = "partial allreduce: rank " + std::to_string(s.rank) +
+                      " stopped waiting for round " + std::to_string(consumed_) + ": " +
+                      stop.message();
+      return stop;
+    }
     if (!ready) {
       Status late =
           make_status(StatusCode::kTimeout,
@@ -461,6 +489,7 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
   sig.redop = static_cast<uint8_t>(ReduceOp::kMax);
   sig.count = 1;
   sig.reserved = static_cast<uint8_t>(detail::Algo::kRecursiveDoubling);
+  sig.root = detail::kPartialFlushTag;  // errors name flush(), not this allreduce
   std::shared_ptr<detail::Op> exchange = detail::make_allreduce(sig, last.get(), last.get());
   exchange->keep_alive = last;
   if (core_->destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
@@ -489,9 +518,7 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
       if (apply) apply(std::move(*r));
       continue;
     }
-    const auto deadline = timeout > std::chrono::nanoseconds::zero()
-                              ? Engine::Clock::now() + timeout
-                              : Engine::Clock::time_point::max();
+    const auto deadline = deadline_after(timeout);
     const bool ready = core_->engine().wait(
         [&] {
           return s.results.size_approx() > 0 ||

@@ -182,6 +182,10 @@ class PartialAllreduce {
   // The next round's result, waiting up to `timeout` (default EAGERCOMM_TIMEOUT).
   Result<RoundResult> wait(std::chrono::nanoseconds timeout);
   Result<RoundResult> wait();
+  // wait(timeout) that also calls `check` about every 50 ms while it waits, and returns the
+  // first error `check` returns (the object lives on, as after a timeout). For callers that
+  // must look for signals while they wait (the Python module: Ctrl-C).
+  Result<RoundResult> wait(std::chrono::nanoseconds timeout, const std::function<Status()>& check);
 
   // Collective: drains every carried contribution. Everything any rank posted before its flush()
   // lands in a round no later than the returned one (the flush round), which activates on every

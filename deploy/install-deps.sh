@@ -24,6 +24,12 @@ optional+=(clang)
 # The eager-SGD trainer (`make demo`): LibTorch (with a threaded BLAS, or it is slow), zlib for
 # the gzipped IDX files, and the Fashion-MNIST data set.
 optional+=(libtorch-dev libopenblas0-pthread zlib1g-dev dataset-fashion-mnist)
+# The Python package (eagercomm._core, eagercomm._torch, EagerSGD, the torch.distributed
+# backend) and its tests: the distribution's interpreter with its headers, pybind11, numpy and
+# torch (the build uses /usr/bin/python3, whose site-packages these go into).
+optional+=(python3-dev pybind11-dev python3-numpy python3-torch)
+# `make check` compiles three builds: ccache keeps a re-run (and CI after a session) short.
+optional+=(ccache)
 extra=()
 if [[ -n ${EAGERCOMM_DEPS_EXTRA:-} ]]; then
   read -r -a extra <<<"${EAGERCOMM_DEPS_EXTRA//,/ }"

@@ -2,13 +2,17 @@
 // allreduce). python/eagercomm/__init__.py re-exports it; docs/EMBEDDING.md describes it.
 //
 // Blocking calls release the GIL while they wait, so other Python threads run (and may call
-// abort()). Buffers are used in place (py_buffers.h) and referenced (BufferRef) for the whole
-// call; a collective that times out is abandoned on every rank, so nothing touches them after.
+// abort()), and look for signals every kSignalCheckEvery (py_interrupt.h): Ctrl-C raises
+// KeyboardInterrupt in a waiting call. Buffers are used in place (py_buffers.h) and referenced
+// (BufferRef) for the whole call; a collective that times out or is interrupted is abandoned on
+// every rank, so nothing touches them after.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>  // std::optional arguments and results
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -22,11 +26,14 @@
 #include "collectives/partial_allreduce.h"
 #include "python/py_buffers.h"
 #include "python/py_errors.h"
+#include "python/py_interrupt.h"
 
 namespace eagercomm::py {
 namespace {
 
 namespace pyb = pybind11;
+using signals::Interrupt;
+using signals::kSignalCheckEvery;
 using namespace pybind11::literals;
 
 // The C++ timeout argument for `timeout` in seconds: None is EAGERCOMM_TIMEOUT
@@ -51,6 +58,58 @@ ReduceOp op_of(const std::string& name) {
 
 std::string describe(const BufferRef& b) {
   return std::to_string(b.count()) + " x " + long_dtype_name(b.type());
+}
+
+// `value` as a Python int (operator.index): InvalidTypeError naming `name` otherwise.
+pyb::int_ index_arg(pyb::handle value, const char* name) {
+  PyObject* index = PyNumber_Index(value.ptr());
+  if (index == nullptr) {
+    PyErr_Clear();
+    raise_type_error(std::string(name) + " must be an int, got " +
+                     pyb::str(pyb::type::handle_of(value).attr("__name__")).cast<std::string>());
+  }
+  return pyb::reinterpret_steal<pyb::int_>(index);
+}
+
+// A count or option in [0, max]: InvalidArgumentError naming it otherwise (pybind11's own
+// conversion of a C++ unsigned argument would raise a TypeError listing the signature).
+uint64_t uint_arg(pyb::handle value, const char* name, uint64_t max, const char* hint = "") {
+  const pyb::int_ i = index_arg(value, name);
+  const std::string text = std::string(name) + " " + pyb::repr(i).cast<std::string>();
+  const unsigned long long u = PyLong_AsUnsignedLongLong(i.ptr());  // negative: OverflowError
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    if (PyObject_RichCompareBool(i.ptr(), pyb::int_(0).ptr(), Py_LT) == 1) {
+      raise_value_error(text + " is negative" + hint);
+    }
+    raise_value_error(text + " is too large");
+  }
+  if (u > max) raise_value_error(text + " is too large (at most " + std::to_string(max) + ")");
+  return u;
+}
+
+// Waits for a started collective with the GIL released, as the blocking C++ calls do (at the
+// timeout, resolved, it is abandoned on every rank), but in slices: between them the thread
+// looks for signals, and one that raised (Ctrl-C) abandons the collective the same way.
+Status wait_abandoning(Request& req, std::chrono::nanoseconds timeout, Interrupt& interrupt) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  for (;;) {
+    std::chrono::nanoseconds slice = kSignalCheckEvery;
+    if (timeout > std::chrono::nanoseconds::zero()) {
+      const std::chrono::nanoseconds left = timeout - (Clock::now() - start);
+      if (left <= std::chrono::nanoseconds::zero()) return req.abandon(timeout);
+      slice = std::min(slice, left);
+    }
+    const Status s = req.wait(slice);
+    if (s.code() != StatusCode::kTimeout || req.ready()) return s;
+    if (interrupt.check()) {
+      // Whole milliseconds: the peers read this in their error ("did not finish within 312ms").
+      (void)req.abandon(
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start));
+      return interrupt.status();
+    }
+  }
 }
 
 // ---- Communicator ----
@@ -93,24 +152,29 @@ class PyComm {
     }
     const void* in = s->data();
     void* out = in_place ? s->data() : r->data();
-    Status status;
-    {
-      pyb::gil_scoped_release nogil;
-      status = comm_->allreduce(in, out, s->count(), s->type(), redop, t);
-    }
-    check(status);
+    finish([&] { return comm_->allreduce_async(in, out, s->count(), s->type(), redop); }, t);
     return in_place ? s->object() : r->object();
   }
 
-  pyb::object broadcast(pyb::handle buf, int root, std::optional<double> timeout) {
+  pyb::object broadcast(pyb::handle buf, pyb::handle root_arg, std::optional<double> timeout) {
     const std::chrono::nanoseconds t = timeout_of(timeout);
     auto b = BufferRef::get(buf, "buffer", true);
-    Status status;
-    {
-      pyb::gil_scoped_release nogil;
-      status = comm_->broadcast(b->data(), b->count(), b->type(), root, t);
+    const pyb::int_ wide = index_arg(root_arg, "root");
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(wide.ptr(), &overflow);
+    // A root beyond int still goes to the runtime, as -1, which fails the broadcast on every
+    // rank (the others must not wait for this one); the error names the root given.
+    const bool representable = overflow == 0 && v >= INT_MIN && v <= INT_MAX;
+    const int root = representable ? static_cast<int>(v) : -1;
+    try {
+      finish([&] { return comm_->broadcast_async(b->data(), b->count(), b->type(), root); }, t);
+    } catch (pyb::error_already_set& e) {
+      if (representable || !e.matches(PyExc_ValueError)) throw;
+      raise_value_error("broadcast on rank " + std::to_string(rank()) + ": root " +
+                        pyb::repr(wide).cast<std::string>() +
+                        " is not a rank of this communicator (size " + std::to_string(size()) +
+                        ")");
     }
-    check(status);
     return b->object();
   }
 
@@ -128,23 +192,13 @@ class PyComm {
                         " elements but must hold size x len(send) = " + std::to_string(size()) +
                         " x " + std::to_string(s->count()) + " = " + std::to_string(want));
     }
-    Status status;
-    {
-      pyb::gil_scoped_release nogil;
-      status = comm_->allgather(s->data(), r->data(), s->count(), s->type(), t);
-    }
-    check(status);
+    finish([&] { return comm_->allgather_async(s->data(), r->data(), s->count(), s->type()); }, t);
     return r->object();
   }
 
   void barrier(std::optional<double> timeout) {
     const std::chrono::nanoseconds t = timeout_of(timeout);
-    Status status;
-    {
-      pyb::gil_scoped_release nogil;
-      status = comm_->barrier(t);
-    }
-    check(status);
+    finish([&] { return comm_->barrier_async(); }, t);
   }
 
   void abort(const std::string& reason) {
@@ -158,6 +212,24 @@ class PyComm {
   }
 
  private:
+  // Starts a collective (`start` returns its Request) and waits for it without the GIL; raises
+  // its error, or KeyboardInterrupt when Ctrl-C ended the wait (the collective then abandoned
+  // as at a timeout: the peers' calls fail, this communicator stays usable).
+  template <class Start>
+  void finish(const Start& start, std::chrono::nanoseconds timeout) {
+    Interrupt interrupt;
+    Status status;
+    {
+      pyb::gil_scoped_release nogil;
+      Result<Request> req = start();
+      const std::chrono::nanoseconds total =
+          timeout == kConfiguredTimeout ? comm_->configured_timeout() : timeout;
+      status = req.ok() ? wait_abandoning(req.value(), total, interrupt) : req.status();
+    }
+    if (interrupt.raised()) interrupt.rethrow();
+    check(status);
+  }
+
   std::unique_ptr<Communicator> comm_;
 };
 
@@ -191,10 +263,19 @@ pyb::object new_array(const RoundResult& r) {
 
 class PyPartial {
  public:
-  PyPartial(pyb::object comm, size_t count, pyb::handle dtype, const std::string& mode,
-            const std::string& late, uint32_t sync_every, uint64_t seed, uint32_t result_depth)
+  // The integer arguments are taken as Python objects so that a negative or huge one raises
+  // InvalidArgumentError naming it (on this rank, before the collective creation starts).
+  PyPartial(pyb::object comm, pyb::handle count_arg, pyb::handle dtype, const std::string& mode,
+            const std::string& late, pyb::handle sync_every_arg, pyb::handle seed_arg,
+            pyb::handle result_depth_arg)
       : comm_ref_(std::move(comm)) {
     PyComm& c = comm_ref_.cast<PyComm&>();
+    const size_t count = uint_arg(count_arg, "PartialAllreduce: count", INT64_MAX);
+    const auto sync_every = static_cast<uint32_t>(uint_arg(
+        sync_every_arg, "PartialAllreduce: sync_every", UINT32_MAX, " (0: no synchronous rounds)"));
+    const uint64_t seed = uint_arg(seed_arg, "PartialAllreduce: seed", UINT64_MAX);
+    const auto result_depth = static_cast<uint32_t>(uint_arg(
+        result_depth_arg, "PartialAllreduce: result_depth", UINT32_MAX, " (accepted: 1 .. 1024)"));
     const DataType type = dtype_from_python(dtype);
     Result<PartialMode> m = parse_partial_mode(mode);
     if (!m.ok()) raise_value_error("mode: " + m.status().message());
@@ -240,11 +321,13 @@ class PyPartial {
   PyRound wait(pyb::handle out, std::optional<double> timeout) {
     std::unique_ptr<BufferRef> o = out_buffer(out);
     const std::chrono::nanoseconds t = timeout_of(timeout);
+    Interrupt interrupt;
     Result<RoundResult> r = [&] {
       pyb::gil_scoped_release nogil;
-      // PartialAllreduce::wait(timeout) takes 0 for forever but knows no kConfiguredTimeout.
-      return t == kConfiguredTimeout ? pa_->wait() : pa_->wait(t);
+      // Ctrl-C ends the wait as a timeout does: no result is taken, the object lives on.
+      return pa_->wait(t, [&] { return interrupt.check() ? interrupt.status() : Status::Ok(); });
     }();
+    if (interrupt.raised()) interrupt.rethrow();
     check(r.status());
     return hand_back(r.value(), std::move(o));
   }
@@ -281,8 +364,12 @@ class PyPartial {
   std::string dtype() const { return long_dtype_name(pa_->type()); }
   std::string mode() const { return pa_->mode().name(); }
   pyb::dict stats() const {
+    // posts: every post() that was accepted; late_posts: those that missed their round;
+    // dropped_posts: the late ones late="drop" discarded. (PartialStats counts posts that added
+    // data, so dropped ones are added back here.)
     const PartialStats s = pa_->stats();
-    return pyb::dict("posts"_a = s.posts, "late_posts"_a = s.late_posts,
+    return pyb::dict("posts"_a = s.posts + s.dropped_posts,
+                     "late_posts"_a = s.late_posts + s.dropped_posts,
                      "dropped_posts"_a = s.dropped_posts, "rounds_activated"_a = s.rounds_activated,
                      "rounds_delivered"_a = s.rounds_delivered);
   }
@@ -369,14 +456,15 @@ PYBIND11_MODULE(_core, m) {
   pyb::class_<PyPartial>(m, "PartialAllreduce",
                          "Partial allreduce (eager-SGD): collective creation, then post / poll "
                          "/ wait at each rank's own pace, flush at the end.")
-      .def(pyb::init<pyb::object, size_t, pyb::handle, const std::string&, const std::string&,
-                     uint32_t, uint64_t, uint32_t>(),
+      .def(pyb::init<pyb::object, pyb::handle, pyb::handle, const std::string&, const std::string&,
+                     pyb::handle, pyb::handle, pyb::handle>(),
            arg("comm"), arg("count"), arg("dtype"), arg("mode") = "solo", arg("late") = "carry",
            arg("sync_every") = 0, arg("seed") = 0, arg("result_depth") = 4)
       .def("post", &PyPartial::post, arg("gradient"))
       .def("poll", &PyPartial::poll, arg("out") = pyb::none(), "The next completed Round, or None.")
       .def("wait", &PyPartial::wait, arg("out") = pyb::none(), arg("timeout") = pyb::none(),
-           "The next Round, waiting for it.")
+           "The next Round, waiting for it (Ctrl-C raises KeyboardInterrupt; the object lives "
+           "on, as after a timeout).")
       .def("flush", &PyPartial::flush, arg("callback") = pyb::none(),
            "Collective: drains every carried contribution; returns the flush round's number.")
       .def("destroy", &PyPartial::destroy)

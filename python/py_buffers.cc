@@ -117,11 +117,31 @@ std::unique_ptr<BufferRef> BufferRef::get(pyb::handle obj, const char* what, boo
   }
   if (is_tensor_like(obj)) {
     const std::string device = pyb::str(obj.attr("device").attr("type")).cast<std::string>();
-    if (device != "cpu") {
+    if (device == "meta") {
+      // Not a GPU: a meta tensor has shape and dtype but no memory at all.
+      raise_value_error(std::string(what) +
+                        " is a meta tensor (it has no data to communicate); eagercomm takes CPU "
+                        "tensors");
+    }
+    if (device == "cuda") {
       check(Status(StatusCode::kNotSupported,
-                   std::string(what) + " is a torch tensor on '" + device +
-                       "': GPU tensors need the CUDA build of eagercomm; this module takes "
-                       "CPU tensors"));
+                   std::string(what) +
+                       " is a torch tensor on 'cuda': GPU tensors need the CUDA build of "
+                       "eagercomm; this module takes CPU tensors"));
+    }
+    if (device != "cpu") {
+      check(Status(StatusCode::kNotSupported, std::string(what) + " is a torch tensor on '" +
+                                                  device + "'; this module takes CPU tensors"));
+    }
+    // Before anything else asks the tensor for its memory: a sparse tensor has no single
+    // buffer (data_ptr() and is_contiguous() raise torch's own RuntimeError).
+    if (pyb::hasattr(obj, "layout")) {
+      const std::string layout = pyb::str(obj.attr("layout")).cast<std::string>();
+      if (layout != "torch.strided") {
+        raise_value_error(std::string(what) + " is a " + layout +
+                          " tensor; eagercomm takes dense (torch.strided) tensors: call "
+                          ".to_dense() first");
+      }
     }
     const std::string dtype = pyb::str(obj.attr("dtype")).cast<std::string>();
     const std::optional<DataType> type = dtype_from_name(dtype);

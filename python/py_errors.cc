@@ -1,10 +1,13 @@
 // eagercomm._core's exceptions (py_errors.h).
 #include "python/py_errors.h"
 
+#include "python/py_interrupt.h"
+
 namespace eagercomm::py {
 namespace {
 
 namespace pyb = pybind11;
+using signals::pending_interrupt;
 
 // Owned by the module for the life of the process (exception classes are never unloaded).
 struct Classes {
@@ -35,6 +38,16 @@ PyObject* make_subclass(pyb::module_& m, const char* name, const char* doc, PyOb
 [[noreturn]] void raise_as(PyObject* cls, StatusCode code, const std::string& message) {
   pyb::object exc = pyb::reinterpret_borrow<pyb::object>(cls)(pyb::str(message));
   exc.attr("code") = pyb::str(std::string(status_code_name(code)));
+  // A Ctrl-C that came while the call ran is raised now, with this error as its context: left
+  // pending, it would fire inside the traceback printer, which then gives up ("lost sys.stderr").
+  if (pending_interrupt()) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != nullptr) PyException_SetContext(value, exc.release().ptr());  // steals
+    PyErr_Restore(type, value, tb);
+    throw pyb::error_already_set();
+  }
   PyErr_SetObject(cls, exc.ptr());
   throw pyb::error_already_set();
 }

@@ -2,16 +2,9 @@
 
 #include <cstring>
 
+#include "runtime/deadline.h"
+
 namespace eagercomm {
-namespace {
-
-// A deadline that treats a zero or negative timeout as "forever" (EAGERCOMM_TIMEOUT=0).
-std::chrono::steady_clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
-  if (timeout <= std::chrono::nanoseconds::zero()) return std::chrono::steady_clock::time_point::max();
-  return std::chrono::steady_clock::now() + timeout;
-}
-
-}  // namespace
 
 Status HashStore::set(const std::string& key, const Bytes& value) {
   {

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "runtime/config.h"
+#include "runtime/deadline.h"
 #include "runtime/log.h"
 #include "runtime/unique_fd.h"
 
@@ -82,13 +83,6 @@ int poll_timeout_ms(Clock::time_point deadline) {
   if (left <= nanoseconds::zero()) return 0;
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
   return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
-}
-
-Clock::time_point deadline_after(nanoseconds timeout) {
-  if (timeout <= nanoseconds::zero()) return Clock::time_point::max();
-  const auto now = Clock::now();
-  if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
-  return now + timeout;
 }
 
 std::string sockaddr_text(const sockaddr_in& addr) {

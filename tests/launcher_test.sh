@@ -9,15 +9,8 @@ run=$build/tools/eagercomm-run
 [ -x "$run" ] || { echo "FAIL: $run not built" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-# Runs the launcher with stdout/stderr in $tmp/out and $tmp/err; the exit code in $rc.
-launch() {
-  set +e
-  "$run" "$@" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  set -e
-}
-show() { echo "--- stdout:"; cat "$tmp/out"; echo "--- stderr:"; cat "$tmp/err"; }
+# shellcheck source=tests/launcher_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launcher_lib.sh"  # launch, show, fail
 # True while any pid listed in the files $tmp/pid-* is alive.
 any_alive() {
   local f

@@ -15,6 +15,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/element_value.h"
+#include "tests/mismatch_cases.h"
 #include "tests/partial_harness.h"
 
 namespace eagercomm::test {
@@ -223,6 +224,13 @@ TEST(MultiProcess, MismatchedCountsFailEverywhereAndTheCommunicatorGoesOn) {
   float x = 1;
   ASSERT_TRUE(c.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).ok());
   EXPECT_EQ(x, static_cast<float>(P));
+}
+
+// Every pair of different calls (tests/mismatch_cases.h), rank 0 making one and the others the
+// other: kMismatch everywhere at once, on shm's small boxes as on every message path.
+TEST(MultiProcess, EveryMismatchedPairFailsOnEveryRankAtOnce) {
+  if (g_comm->size() < 2) GTEST_SKIP() << "needs two ranks";
+  run_every_mismatched_pair(*g_comm, std::chrono::seconds(15));
 }
 
 TEST(MultiProcess, SmallAllreduceGoesThroughTheBoxesAndCountsAcrossTheLimitFail) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "runtime/deadline.h"
 #include "runtime/store.h"
 #include "tests/world_harness.h"
 
@@ -122,6 +123,42 @@ TEST(Timeouts, TheErrorNamesTheRanksThatHadNotStarted) {
   EXPECT_TRUE(contains(s0, "rank 2 (alive") || contains(s1, "rank 2 (alive"))
       << s0.to_string() << " / " << s1.to_string();
   for (auto& c : comms) c->destroy();
+}
+
+// A timeout too large for the clock means "forever", never "already past" (issue 16: an
+// EAGERCOMM_TIMEOUT of 2^63-1 ns made every call time out at once).
+TEST(Timeouts, TimeoutsTooLargeForTheClockSaturate) {
+  const auto now = std::chrono::steady_clock::now();
+  using TimePoint = std::chrono::steady_clock::time_point;
+  EXPECT_EQ(deadline_after(std::chrono::nanoseconds::max(), now), TimePoint::max());
+  // Near the clock's end, whatever the clock's epoch: far in the future, never in the past.
+  EXPECT_GT(deadline_after(std::chrono::hours(2562047), now), now + std::chrono::hours(2000000));
+  EXPECT_EQ(deadline_after(std::chrono::nanoseconds::zero(), now), TimePoint::max());
+  EXPECT_EQ(deadline_after(milliseconds(-5), now), TimePoint::max());
+  EXPECT_EQ(deadline_after(seconds(3), now), now + seconds(3));
+
+  for (const char* huge : {"9223372036854775807ns", "2562047h"}) {
+    SCOPED_TRACE(huge);
+    auto w = World::make(2, test_config({{"EAGERCOMM_TIMEOUT", huge}}));
+    ASSERT_EQ(w->size(), 2);
+    // Both forms of the call: EAGERCOMM_TIMEOUT and the same value passed per call. Rank 1
+    // arrives 300 ms late; rank 0 must wait for it, not give up at once.
+    w->run([](int r, Communicator& c) {
+      if (r == 1) std::this_thread::sleep_for(milliseconds(300));
+      std::vector<float> small(4, 1.0f), large(3000, 1.0f);
+      Status a = c.allreduce(small.data(), small.data(), small.size(), DataType::kFloat32,
+                             ReduceOp::kSum);
+      EXPECT_TRUE(a.ok()) << a.to_string();
+      if (r == 1) std::this_thread::sleep_for(milliseconds(300));
+      Status b = c.allreduce(large.data(), large.data(), large.size(), DataType::kFloat32,
+                             ReduceOp::kSum, std::chrono::nanoseconds::max());
+      EXPECT_TRUE(b.ok()) << b.to_string();
+      if (r == 1) std::this_thread::sleep_for(milliseconds(300));
+      EXPECT_TRUE(c.barrier().ok());
+      EXPECT_EQ(small[0], 2.0f);
+      EXPECT_EQ(large[2999], 2.0f);
+    });
+  }
 }
 
 TEST(Abort, FromAnotherThreadUnblocksTheWaiterWithTheReason) {

@@ -40,6 +40,19 @@ set +e
 set -e
 [ $rc -eq 2 ] || fail "bad size: exit $rc, expected 2"
 grep -q -- "-b" "$tmp/err" || fail "bad size error does not name the flag: $(cat "$tmp/err")"
+# -b 0 once looped for ever (0 times -f stays 0): a clear error at once, in every mode.
+for mode in "" "--imbalance" "--p2p"; do
+  set +e
+  # shellcheck disable=SC2086  # an empty mode is no argument
+  timeout 30 "$bench" $mode -b 0 -e 1K 2>"$tmp/err" >/dev/null; rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q -- "-b 0" "$tmp/err" ||
+    fail "eagercomm-bench $mode -b 0: exit $rc (124: it hung), $(cat "$tmp/err")"
+done
+set +e
+"$bench" -e 0 2>"$tmp/err" >/dev/null; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q -- "-e 0" "$tmp/err" || fail "eagercomm-bench -e 0: exit $rc"
 set +e
 "$bench" --coll gather 2>"$tmp/err"; rc=$?
 set -e

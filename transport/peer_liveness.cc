@@ -27,7 +27,15 @@ Result<LivenessBeacon> LivenessBeacon::create(const std::string& name) {
     return make_status(StatusCode::kIoError, "liveness: cannot create %s: %s", name.c_str(),
                        strerror(err));
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  // A watcher's or a reclaiming scan's probe holds a shared lock for an instant (check()): wait
+  // that out instead of failing; another owner's exclusive lock would not go away.
+  int locked = -1;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    locked = flock(fd, LOCK_EX | LOCK_NB);
+    if (locked == 0 || errno != EWOULDBLOCK) break;
+    usleep(1000);
+  }
+  if (locked != 0) {
     const int err = errno;
     close(fd);
     (void)shm_unlink(name.c_str());
@@ -95,6 +103,15 @@ bool LivenessWatch::reap() const {
   // kDead from their open descriptors, where an unlinked object of size 0 means kLeft.
   const int fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return errno == ENOENT;  // another watcher was first
+  // The name may already be another owner's (a job that reused the job id made it anew): then
+  // the dead one's name is gone and the new object must not be touched.
+  struct stat named {};
+  struct stat watched {};
+  if (fstat(fd, &named) != 0 || fstat(fd_, &watched) != 0 || named.st_ino != watched.st_ino ||
+      named.st_dev != watched.st_dev) {
+    close(fd);
+    return true;
+  }
   const bool marked = ftruncate(fd, 1) == 0;
   close(fd);
   if (!marked) {

@@ -16,7 +16,8 @@
 // open file description); the owner is then seen alive until that child is gone too.
 //
 // Names follow the shm segment convention (/eagercomm-<job>-...), so the launcher's cleanup of
-// a crashed job removes beacons with the job's segments.
+// a crashed job removes beacons with the job's segments, and a free beacon tells a later job
+// that its owner's leftovers may go (shm_reclaim.h).
 #pragma once
 
 #include <string>

@@ -15,6 +15,7 @@
 #include "transport/cuda_ipc_region.h"
 #include "transport/local_completions.h"
 #include "transport/peer_liveness.h"
+#include "transport/shm_reclaim.h"
 #include "transport/shm_ring.h"
 #include "transport/shm_segment.h"
 
@@ -443,7 +444,11 @@ class ShmTransport final : public Transport {
       Outbox& o = out_[peer];
       if (peer == rank() || !o.connected || !o.live.valid() || !o.failed.ok()) continue;
       if (o.live.check() != LivenessWatch::State::kDead) continue;
-      o.live.reap();  // nothing left in /dev/shm, launcher or not
+      // Nothing left in /dev/shm, launcher or not: the dead rank's segments, then its beacon.
+      const int segments = shm_remove_dead_owner_segments(beacon_name(o.segment->name()));
+      o.live.reap();
+      EC_DEBUG(kMem, "shm: rank %d: removed rank %d's beacon and %d segments", rank(), peer,
+               segments);
       o.failed = make_status(StatusCode::kPeerFailed,
                              "shm: rank %d's process is gone (killed or crashed)", peer);
       EC_ERROR(kNet, "shm: rank %d: rank %d's process is gone (killed or crashed)", rank(), peer);
@@ -495,6 +500,20 @@ Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportParams& p
                                                         std::string job) {
   const uint32_t capacity = shm_ring_capacity_for(params.config->slots);
   const std::string name = shm_segment_name(job, params.scope, params.rank, 0);
+  // Rank 0 clears what dead jobs left (once per job, not once per rank: a scan reads all of
+  // /dev/shm).
+  if (params.rank == 0) {
+    const ShmReclaimed r = shm_reclaim_dead_jobs();
+    if (r.objects > 0) {
+      EC_WARN(kMem,
+              "shm: removed %d shared-memory objects (%.1f MB) that %d dead ranks of earlier jobs "
+              "left in /dev/shm",
+              r.objects, static_cast<double>(r.bytes) / 1e6, r.owners);
+    }
+  }
+  // The beacon exists before any segment does, so that a segment without a live beacon beside
+  // it is never this rank's while it runs (shm_reclaim.h relies on it).
+  EC_ASSIGN_OR_RETURN(LivenessBeacon beacon, LivenessBeacon::create(beacon_name(name)));
   EC_ASSIGN_OR_RETURN(std::unique_ptr<ShmSegment> control,
                       ShmSegment::create(name, control_bytes(params.size, capacity), params.rank,
                                          ShmSegmentKind::kControl));
@@ -510,7 +529,6 @@ Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportParams& p
   }
   EC_INFO(kNet, "shm: rank %d of %d: control segment %s, %u-entry rings", params.rank, params.size,
           name.c_str(), capacity);
-  EC_ASSIGN_OR_RETURN(LivenessBeacon beacon, LivenessBeacon::create(beacon_name(name)));
   auto transport = std::unique_ptr<ShmTransport>(
       new ShmTransport(params, std::move(job), std::move(control), std::move(names), capacity));
   transport->beacon_ = std::move(beacon);

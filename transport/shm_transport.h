@@ -33,7 +33,10 @@
 // its region is destroyed and every remaining one when the transport is destroyed; peers'
 // mappings stay valid after an unlink. A stale object under a name being created (a crashed
 // run with the same job id) is unlinked and creation retried. After a crash, the launcher
-// removes /dev/shm/eagercomm-<job>-*.
+// removes /dev/shm/eagercomm-<job>-*; a peer that finds a rank dead removes that rank's
+// segments, then its beacon; and when nobody was left to (the launcher was killed with its
+// ranks), rank 0 of the next shm job removes the objects of ranks whose liveness beacon is free
+// (shm_reclaim.h).
 //
 // Trust: everything a peer can write (ring indices, control block, segment headers, keys) is
 // checked before use. A peer that corrupts its rings is reported (notify(): kProtocolError;

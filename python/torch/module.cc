@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collectives/partial_allreduce.h"
+#include "python/py_interrupt.h"
 #include "python/torch/process_group.h"
 #include "python/torch/tensor_checks.h"
 #include "sgd/eager_sgd.h"
@@ -66,8 +67,12 @@ namespace {
 
 using Seconds = std::chrono::duration<double>;
 
-// Raises a Status as the Python exception that fits it.
+// Raises a Status as the Python exception that fits it; KeyboardInterrupt instead when a Ctrl-C
+// came while the call ran (left pending, it would fire inside the traceback printer, which then
+// gives up with "lost sys.stderr"). With or without the GIL.
 [[noreturn]] void raise(const Status& s, const std::string& context) {
+  signals::Interrupt interrupt;
+  if (interrupt.check()) interrupt.rethrow();
   const std::string msg = context + ": " + s.to_string();
   switch (s.code()) {
     case StatusCode::kInvalidArgument:
@@ -210,10 +215,11 @@ class PartialHandle {
   }
 
   py::dict stats() const {
+    // Every post (dropped ones included: PartialStats counts only posts that added data).
     const PartialStats s = pa_->stats();
     py::dict d;
-    d["posts"] = s.posts;
-    d["late_posts"] = s.late_posts;
+    d["posts"] = s.posts + s.dropped_posts;
+    d["late_posts"] = s.late_posts + s.dropped_posts;
     d["dropped_posts"] = s.dropped_posts;
     d["rounds_activated"] = s.rounds_activated;
     d["rounds_delivered"] = s.rounds_delivered;

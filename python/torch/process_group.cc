@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "python/py_interrupt.h"
 #include "python/torch/store_adapter.h"
 #include "python/torch/tensor_checks.h"
 #include "runtime/config.h"
@@ -64,24 +65,53 @@ ReduceOp to_reduce_op(const c10d::ReduceOp& op) {
 // A collective in flight. Completed by the WorkQueue thread (or at once when starting failed).
 class EagercommWork final : public c10d::Work {
  public:
-  EagercommWork(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs)
+  EagercommWork(std::shared_ptr<Communicator> comm, int rank, c10d::OpType type, const char* name,
+                std::vector<at::Tensor> outputs)
       : c10d::Work(rank, type),
+        comm_(std::move(comm)),
         name_(name),
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))) {}
 
   // `timeout` 0 (kNoTimeout): until completion; the group's timeout still applies, through the
-  // queue. Throws the collective's error.
+  // queue. Throws the collective's error. Waits in slices, looking for signals between them
+  // (torch's binding calls this without the GIL): Ctrl-C raises KeyboardInterrupt and aborts
+  // the communicator, as the group's timeout does (the collective could otherwise still write
+  // into tensors the caller reuses).
   bool wait(std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (timeout == kNoTimeout) {
-      cv_.wait(lock, [&] { return completed_; });
-    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      TORCH_CHECK(false, "eagercomm backend: ", name_, " did not complete within ", timeout.count(),
-                  " ms (Work.wait timeout)");
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point deadline =
+        timeout == kNoTimeout ? Clock::time_point::max() : Clock::now() + timeout;
+    signals::Interrupt interrupt;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        const Clock::time_point now = Clock::now();
+        const Clock::time_point until = deadline - now > signals::kSignalCheckEvery
+                                            ? now + signals::kSignalCheckEvery
+                                            : deadline;
+        if (cv_.wait_until(lock, until, [&] { return completed_; })) break;
+        if (Clock::now() >= deadline) {
+          TORCH_CHECK(false, "eagercomm backend: ", name_, " did not complete within ",
+                      timeout.count(), " ms (Work.wait timeout)");
+        }
+      }
+      // Without the Work's lock: the check takes the GIL, which a completion callback holding
+      // that lock may be waiting for.
+      if (interrupt.check()) {
+        comm_->abort("eagercomm backend: " + name_ + " was interrupted on rank " +
+                     std::to_string(rank_) + " (" + interrupt.status().message() + ")");
+        interrupt.rethrow();
+      }
     }
-    if (exception_) std::rethrow_exception(exception_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exception_) {
+      // A signal that came meanwhile is raised now (pending, it would break the traceback
+      // printing of this error).
+      if (interrupt.check()) interrupt.rethrow();
+      std::rethrow_exception(exception_);
+    }
     return true;
   }
 
@@ -119,6 +149,7 @@ class EagercommWork final : public c10d::Work {
   const std::string& name() const { return name_; }
 
  private:
+  std::shared_ptr<Communicator> comm_;
   std::string name_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -279,8 +310,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupEagercomm::allreduce(
   at::Tensor& t = tensors[0];
   const DataType type = check_tensor(t, "allreduce");
   const ReduceOp op = to_reduce_op(opts.reduceOp);
-  auto work =
-      c10::make_intrusive<EagercommWork>(rank_, c10d::OpType::ALLREDUCE, "allreduce", tensors);
+  auto work = c10::make_intrusive<EagercommWork>(comm_, rank_, c10d::OpType::ALLREDUCE, "allreduce",
+                                                 tensors);
   at::Tensor buf = contiguous_for(t, *work);
   void* p = buf.data_ptr();
   return submit(comm_->allreduce_async(p, p, static_cast<size_t>(buf.numel()), type, op),
@@ -298,8 +329,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupEagercomm::broadcast(
                     opts.rootTensor, " (one tensor per process)");
   at::Tensor& t = tensors[0];
   const DataType type = check_tensor(t, "broadcast");
-  auto work =
-      c10::make_intrusive<EagercommWork>(rank_, c10d::OpType::BROADCAST, "broadcast", tensors);
+  auto work = c10::make_intrusive<EagercommWork>(comm_, rank_, c10d::OpType::BROADCAST, "broadcast",
+                                                 tensors);
   at::Tensor buf = contiguous_for(t, *work);
   return submit(comm_->broadcast_async(buf.data_ptr(), static_cast<size_t>(buf.numel()), type,
                                        static_cast<int>(opts.rootRank)),
@@ -330,7 +361,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupEagercomm::allgather(
     TORCH_CHECK_VALUE(outs[i].numel() == in.numel(), "eagercomm backend: allgather: output ", i,
                       " has ", outs[i].numel(), " elements, the input ", in.numel());
   }
-  auto work = c10::make_intrusive<EagercommWork>(rank_, c10d::OpType::ALLGATHER, "allgather", outs);
+  auto work =
+      c10::make_intrusive<EagercommWork>(comm_, rank_, c10d::OpType::ALLGATHER, "allgather", outs);
   // Gather into one flat buffer, then copy each rank's slice out: the output tensors are
   // separate allocations, and eagercomm's allgather writes one contiguous buffer.
   const int64_t n = in.numel();
@@ -360,8 +392,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupEagercomm::_allgather_base(
                     "eagercomm backend: "
                     "_allgather_base: output has ",
                     output.numel(), " elements; it needs ", input.numel(), " x ", size_, " ranks");
-  auto work = c10::make_intrusive<EagercommWork>(
-      rank_, c10d::OpType::_ALLGATHER_BASE, "_allgather_base", std::vector<at::Tensor>{output});
+  auto work =
+      c10::make_intrusive<EagercommWork>(comm_, rank_, c10d::OpType::_ALLGATHER_BASE,
+                                         "_allgather_base", std::vector<at::Tensor>{output});
   at::Tensor send = input.contiguous();
   work->temporaries.push_back(send);
   at::Tensor recv = contiguous_for(output, *work);
@@ -371,7 +404,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupEagercomm::_allgather_base(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupEagercomm::barrier(const c10d::BarrierOptions&) {
-  auto work = c10::make_intrusive<EagercommWork>(rank_, c10d::OpType::BARRIER, "barrier",
+  auto work = c10::make_intrusive<EagercommWork>(comm_, rank_, c10d::OpType::BARRIER, "barrier",
                                                  std::vector<at::Tensor>{});
   return submit(comm_->barrier_async(), std::move(work));
 }

@@ -18,9 +18,13 @@ inline DataType check_tensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK_VALUE(t.defined(), "eagercomm backend: ", op, ": undefined tensor");
   TORCH_CHECK_VALUE(t.layout() == at::kStrided, "eagercomm backend: ", op, ": tensor layout ",
                     t.layout(), " is not supported (dense tensors only)");
+  // A meta tensor is no GPU tensor: it has no memory at all.
+  TORCH_CHECK_VALUE(!t.is_meta(), "eagercomm backend: ", op,
+                    ": tensor is on meta (a meta tensor has no data to communicate); only CPU "
+                    "tensors are supported");
   TORCH_CHECK_VALUE(t.device().is_cpu(), "eagercomm backend: ", op, ": tensor is on ", t.device(),
-                    "; only CPU tensors are supported (collectives on GPU memory are not built "
-                    "yet)");
+                    "; only CPU tensors are supported",
+                    t.device().is_cuda() ? " (collectives on GPU memory are not built yet)" : "");
   switch (t.scalar_type()) {
     case at::kFloat:
       return DataType::kFloat32;

@@ -3,8 +3,8 @@
 # use it: through find_package(eagercomm) and through pkg-config. Exits non-zero on any failure.
 #
 # usage: tests/install/run.sh <build-dir>
-# env:   EAGERCOMM_CMAKE (cmake to use), EAGERCOMM_CXX (compiler; default: the build's),
-#        EAGERCOMM_KEEP_TMP=1 keeps the temporary prefix for inspection.
+# env:   EC_INSTALL_CMAKE (cmake to use), EC_INSTALL_CXX (compiler; default: the build's),
+#        EC_INSTALL_KEEP_TMP=1 keeps the temporary prefix for inspection.
 set -euo pipefail
 
 if [[ $# -ne 1 || ! -f "$1/CMakeCache.txt" ]]; then
@@ -14,13 +14,13 @@ fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source_root=$(cd "$here/../.." && pwd)
 build=$(cd "$1" && pwd)
-cmake=${EAGERCOMM_CMAKE:-cmake}
-cxx=${EAGERCOMM_CXX:-$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")}
+cmake=${EC_INSTALL_CMAKE:-cmake}
+cxx=${EC_INSTALL_CXX:-$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")}
 cxx=${cxx:-c++}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/eagercomm-install.XXXXXX")
 cleanup() {
-  if [[ ${EAGERCOMM_KEEP_TMP:-0} == 1 ]]; then
+  if [[ ${EC_INSTALL_KEEP_TMP:-0} == 1 ]]; then
     echo "kept $tmp"
   else
     rm -rf "$tmp"
@@ -68,7 +68,7 @@ grep -q '^#define EAGERCOMM_HAVE_UCX [01]$' "$config_header" ||
 [[ -f $libdir/pkgconfig/eagercomm.pc ]] || fail "no pkgconfig/eagercomm.pc"
 
 # Tools built in the tree must be installed and find the library through their RPATH.
-for tool in eagercomm-info eagercomm-bench; do
+for tool in eagercomm-info eagercomm-bench eagercomm-run; do
   if find "$build" -name "$tool" -type f -perm -u+x -print -quit | grep -q .; then
     [[ -x $prefix/bin/$tool ]] || fail "$tool was built but is not installed"
     if ! readelf -d "$prefix/bin/$tool" | grep -q 'NEEDED.*\[libeagercomm'; then
@@ -122,5 +122,64 @@ echo "eagercomm $(pkg-config --modversion eagercomm): $flags"
 "$cxx" -std=c++20 "$here/main.cc" $flags -o "$tmp/consumer_pkgconfig" ||
   fail "compiling the pkg-config consumer failed"
 run_consumer "$tmp/consumer_pkgconfig"
+
+# A job of two ranks through the installed launcher, without the build tree's paths: every rank
+# prints one line starting with OK (the launcher's "[rank] " prefix keeps the lines whole).
+run_ranks() {
+  local output oks
+  local rc=0
+  output=$(env -u LD_LIBRARY_PATH EAGERCOMM_TIMEOUT=120s "$prefix/bin/eagercomm-run" -n 2 \
+    --timeout 300s -- "$@" 2>&1) || rc=$?
+  if ((rc != 0)); then
+    echo "$output"
+    fail "eagercomm-run -n 2 $* exited with status $rc"
+  fi
+  echo "$output" | grep -E '^\[[0-9]+\] OK' || true
+  oks=$(echo "$output" | grep -cE '^\[[0-9]+\] OK' || true)
+  [[ $oks -eq 2 ]] || {
+    echo "$output"
+    fail "$*: $oks of 2 ranks printed OK"
+  }
+}
+
+launcher=$prefix/bin/eagercomm-run
+[[ -x $launcher ]] || fail "eagercomm-run is not installed"
+
+step "C API consumer: cc capi_main.c \$(pkg-config ...), 2 ranks through the installed eagercomm-run"
+[[ -f $include/eagercomm.h ]] || fail "the C API header eagercomm/eagercomm.h is not installed"
+cc=${EC_INSTALL_CC:-$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")}
+# shellcheck disable=SC2086
+"${cc:-cc}" -std=c11 -Wall -pedantic-errors "$here/capi_main.c" $flags -Wl,-rpath,"$libdir" \
+  -o "$tmp/consumer_capi" ||
+  fail "compiling the C API consumer failed"
+run_ranks "$tmp/consumer_capi"
+
+# The Python package, when this build has it: _core, _torch and the pure-Python files must all
+# be installed, and import from the prefix alone.
+core_built=$(find "$build/python/eagercomm" -maxdepth 1 -name '_core*.so' -print -quit 2>/dev/null)
+if [[ -n $core_built ]]; then
+  python=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
+  core=$(find "$prefix" -path '*/eagercomm/_core*.so' -print -quit)
+  [[ -n $core ]] || fail "eagercomm/_core is built but not installed"
+  site=$(dirname "$(dirname "$core")")
+  for file in "$build"/python/eagercomm/*.so "$build"/python/eagercomm/*.py \
+    "$build"/python/eagercomm/torch/*.py; do
+    [[ -e $file ]] || continue
+    rel=${file#"$build/python/"}
+    [[ -f $site/$rel ]] || fail "python package file $rel is built but not installed in $site"
+  done
+  if compgen -G "$build/python/eagercomm/_torch*.so" >/dev/null; then
+    step "Python consumer: import eagercomm, eagercomm.torch from $site; allreduce, EagerSGD"
+    PYTHONPATH=$site PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1 \
+      run_ranks "$python" "$here/py_main.py" "$prefix"
+  else
+    step "Python consumer: import eagercomm from $site (this build has no _torch)"
+    out=$(cd "$tmp" && env -u LD_LIBRARY_PATH PYTHONPATH=$site "$python" -c \
+      'import eagercomm; print("OK", eagercomm.__file__)') || fail "import eagercomm failed"
+    echo "$out"
+  fi
+else
+  echo "== (this build has no Python package)"
+fi
 
 echo "install_consumer: PASS"

@@ -181,6 +181,15 @@ def check_torch(comm):
 
     expect_raises("CUDA tensor", eagercomm.NotSupportedError, ["CUDA build", "cuda"],
                   comm.allreduce, FakeCudaTensor())
+    # A meta tensor is no GPU tensor (it has no memory at all); a sparse one has no single
+    # buffer: both are bad arguments, named as such (not torch's own RuntimeError).
+    e = expect_raises("meta tensor", eagercomm.InvalidArgumentError, ["meta tensor", "CPU"],
+                      comm.allreduce, torch.ones(4, device="meta"))
+    check(e is None or "GPU" not in str(e), f"a meta tensor called a GPU tensor: {e}")
+    expect_raises("sparse tensor", eagercomm.InvalidArgumentError,
+                  ["torch.sparse_coo", "dense"], comm.allreduce, torch.eye(3).to_sparse())
+    expect_raises("sparse recv", eagercomm.InvalidArgumentError, ["recv", "sparse"],
+                  comm.allreduce, torch.ones(9), torch.eye(3).to_sparse())
     # A partial allreduce on tensors: post a tensor, receive into a tensor.
     pa = eagercomm.PartialAllreduce(comm, 8, torch.float32, mode="sync")
     pa.post(torch.full((8,), float(rank + 1)))
@@ -302,6 +311,81 @@ def check_bad_input(comm):
                       comm.broadcast, f, size)
     check(e is None or e.code == "invalid argument", f"code {getattr(e, 'code', None)}")
     comm.barrier()  # still usable
+    # Integers beyond what the C++ types hold: eagercomm's errors naming the argument, not
+    # pybind11's "incompatible function arguments" TypeError.
+    e = expect_raises("broadcast from root 2**40", eagercomm.InvalidArgumentError,
+                      ["root 1099511627776", "not a rank"], comm.broadcast, f, 2**40)
+    check(e is None or e.code == "invalid argument", f"code {getattr(e, 'code', None)}")
+    expect_raises("broadcast from root -2**70", eagercomm.InvalidArgumentError,
+                  ["root -" + str(2**70)], comm.broadcast, f, -2**70)
+    expect_raises("root of another type", eagercomm.InvalidTypeError, ["root", "float"],
+                  comm.broadcast, f, 1.5)
+    comm.barrier()  # still usable
+    expect_raises("negative count", eagercomm.InvalidArgumentError, ["count -5", "negative"],
+                  eagercomm.PartialAllreduce, comm, -5, "float32")
+    expect_raises("negative sync_every", eagercomm.InvalidArgumentError,
+                  ["sync_every -1", "negative"], eagercomm.PartialAllreduce, comm, 4, "float32",
+                  sync_every=-1)
+    expect_raises("sync_every too large", eagercomm.InvalidArgumentError,
+                  ["sync_every", "too large"], eagercomm.PartialAllreduce, comm, 4, "float32",
+                  sync_every=2**32)
+    expect_raises("seed too large", eagercomm.InvalidArgumentError, ["seed", "too large"],
+                  eagercomm.PartialAllreduce, comm, 4, "float32", seed=2**64)
+    expect_raises("negative result_depth", eagercomm.InvalidArgumentError,
+                  ["result_depth -1"], eagercomm.PartialAllreduce, comm, 4, "float32",
+                  result_depth=-1)
+    expect_raises("count of another type", eagercomm.InvalidTypeError, ["count", "str"],
+                  eagercomm.PartialAllreduce, comm, "4", "float32")
+    comm.barrier()
+
+
+def check_mismatch_messages(comm):
+    """Ranks that disagree: the messages name element types by name and the call the
+    application made, not the allgather a partial allreduce runs to compare its arguments."""
+    comm.barrier()
+    e = expect_raises("partial allreduces of different types", eagercomm.MismatchError,
+                      ["dtype=f32", "dtype=f64"], eagercomm.PartialAllreduce, comm, 4,
+                      "float32" if comm.rank == 0 else "float64")
+    check(e is None or "type=0" not in str(e), f"dtype as a number: {e}")
+    expect_raises("partial allreduces with different late policies", eagercomm.MismatchError,
+                  ["late=carry", "late=drop"], eagercomm.PartialAllreduce, comm, 4, "float32",
+                  late="carry" if comm.rank == 0 else "drop")
+    # One side creates a partial allreduce while the other calls a barrier; then the sides
+    # swap, so that every rank has used as many partial allreduce numbers as the others.
+    for creators in ({0}, set(range(1, comm.size))):
+        comm.barrier()
+        if comm.rank in creators:
+            e = expect_raises("creation against a barrier", eagercomm.MismatchError,
+                              ["partial allreduce creation", "barrier"],
+                              eagercomm.PartialAllreduce, comm, 4, "float32")
+        else:
+            e = expect_raises("barrier against a creation", eagercomm.MismatchError,
+                              ["partial allreduce creation", "barrier"], comm.barrier, 60)
+        check(e is None or "allgather" not in str(e), f"the setup collective is named: {e}")
+    comm.barrier()  # still usable
+    pa = eagercomm.PartialAllreduce(comm, 4, "float32")  # and creation works again
+    pa.flush()
+    pa.destroy()
+
+
+def check_partial_drop_stats(comm):
+    """late="drop": stats["posts"] counts every post, the dropped ones too."""
+    pa = eagercomm.PartialAllreduce(comm, 16, "float32", mode="solo", late="drop")
+    steps = 5
+    for step in range(steps):
+        pa.post(np.ones(16, np.float32))
+        time.sleep(0.2)  # round `step` activates meanwhile (solo: on the first post)...
+        pa.post(np.ones(16, np.float32))  # ...so this one, meant for it too, is late: dropped
+        pa.wait(timeout=60)
+    while pa.poll() is not None:
+        pass
+    pa.flush()
+    stats = pa.stats
+    check(stats["posts"] == 2 * steps, f"late=drop: posts {stats['posts']}, expected "
+          f"{2 * steps} (dropped {stats['dropped_posts']})")
+    check(stats["dropped_posts"] >= 1, f"late=drop: nothing was dropped: {stats}")
+    check(stats["late_posts"] >= stats["dropped_posts"], f"dropped posts are late ones: {stats}")
+    pa.destroy()
 
 
 def check_abort_from_thread(comm):
@@ -352,7 +436,7 @@ def main():
         check(comm.size == int(os.environ["WORLD_SIZE"]), "size matches WORLD_SIZE")
         check(comm.rank == int(os.environ["RANK"]), "rank matches RANK")
         steps = [check_allreduce, check_broadcast_allgather_barrier, check_gil_released,
-                 check_torch, check_bad_input,
+                 check_torch, check_bad_input, check_mismatch_messages, check_partial_drop_stats,
                  lambda c: check_partial(c, "solo", np.float32),
                  lambda c: check_partial(c, "majority", np.dtype(np.float64)),
                  lambda c: check_partial(c, "quorum:2", "int64"),

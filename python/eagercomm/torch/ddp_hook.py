@@ -21,6 +21,7 @@ optimizer. See docs/TORCH.md for what a late rank receives and how far it may la
 import torch
 
 from .. import _torch
+from ._args import U64_MAX, uint_arg
 from ._backend import get_communicator
 
 
@@ -40,9 +41,11 @@ class PartialAllreduceState:
                  timeout=0.0, process_group=None, communicator=None):
         self.mode = str(mode)
         self.late = str(late)
-        self.sync_every = int(sync_every)
-        self.seed = int(seed)
-        self.result_depth = int(result_depth)
+        self.sync_every = uint_arg(sync_every, "PartialAllreduceState: sync_every",
+                                   hint=" (0: no synchronous rounds)")
+        self.seed = uint_arg(seed, "PartialAllreduceState: seed", U64_MAX)
+        self.result_depth = uint_arg(result_depth, "PartialAllreduceState: result_depth",
+                                     hint=" (accepted: 1 .. 1024)")
         self.timeout = float(timeout)
         self._process_group = process_group
         self._comm = communicator

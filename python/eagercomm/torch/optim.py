@@ -3,6 +3,7 @@
 import torch
 
 from .. import _torch
+from ._args import U64_MAX, uint_arg
 from ._backend import get_communicator
 
 # Each tensor starts at a multiple of 16 floats (64 bytes) in the flat buffers, as torch's own
@@ -37,7 +38,11 @@ class EagerSGD(torch.optim.Optimizer):
     eagercomm ``process_group``'s, else the default group's when it runs eagercomm, else one
     joined from the launcher's environment.
 
-    Parameters must be dense float32 CPU tensors in one parameter group.
+    Parameters must be dense float32 CPU tensors in one parameter group. Frozen parameters
+    (``requires_grad=False``) take no part, as in torch.optim: they are neither moved into the
+    flat buffers nor broadcast nor updated, so which parameters train is fixed at construction
+    (freeze or unfreeze before making the optimizer) and frozen ones must be identical on every
+    rank already (loaded from the same checkpoint).
     """
 
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, mode="solo", *,
@@ -50,10 +55,22 @@ class EagerSGD(torch.optim.Optimizer):
             raise ValueError(
                 f"EagerSGD: one parameter group only, got {len(self.param_groups)} (the rate "
                 f"is a function of the round, shared by every parameter)")
+        sync_every = uint_arg(sync_every, "EagerSGD: sync_every", hint=" (0: no synchronous "
+                              "rounds)")
+        seed = uint_arg(seed, "EagerSGD: seed", U64_MAX)
+        result_depth = uint_arg(result_depth, "EagerSGD: result_depth",
+                                hint=" (accepted: 1 .. 1024)")
+        warmup_rounds = uint_arg(warmup_rounds, "EagerSGD: warmup_rounds", U64_MAX)
+        milestones = [uint_arg(m, "EagerSGD: milestone", U64_MAX) for m in milestones]
         params = self.param_groups[0]["params"]
         if not params:
             raise ValueError("EagerSGD: no parameters")
-        for i, p in enumerate(params):
+        # Frozen parameters stay in the group (torch.optim keeps them too) but take no part.
+        trainable = [(i, p) for i, p in enumerate(params) if p.requires_grad]
+        if not trainable:
+            raise ValueError(f"EagerSGD: no trainable parameters (all {len(params)} have "
+                             f"requires_grad=False)")
+        for i, p in trainable:
             if p.dtype != torch.float32:
                 raise TypeError(f"EagerSGD: parameter {i} is {p.dtype}; only float32 is supported")
             if p.device.type != "cpu":
@@ -62,9 +79,8 @@ class EagerSGD(torch.optim.Optimizer):
                     f"supported (collectives on GPU memory are not built yet)")
             if p.layout != torch.strided:
                 raise ValueError(f"EagerSGD: parameter {i} is {p.layout}; dense tensors only")
-            if not p.requires_grad:
-                raise ValueError(f"EagerSGD: parameter {i} does not require a gradient")
-        self._params = list(params)
+        self._params = [p for _, p in trainable]
+        self._indices = [i for i, _ in trainable]  # positions in the group, for messages
         self._slots = []
         offset = 0
         for p in self._params:
@@ -83,16 +99,16 @@ class EagerSGD(torch.optim.Optimizer):
         self._impl = _torch._EagerSgd(
             self._comm, self._flat_params, self._flat_grads, mode=str(mode), lr=float(lr),
             momentum=float(momentum), weight_decay=float(weight_decay),
-            warmup_rounds=int(warmup_rounds), warmup_start=float(warmup_start),
-            milestones=[int(m) for m in milestones], gamma=float(gamma), late=str(late),
-            sync_every=int(sync_every), seed=int(seed), result_depth=int(result_depth),
+            warmup_rounds=warmup_rounds, warmup_start=float(warmup_start),
+            milestones=milestones, gamma=float(gamma), late=str(late),
+            sync_every=sync_every, seed=seed, result_depth=result_depth,
             timeout_s=float(timeout), broadcast_initial=bool(broadcast_initial))
 
     def _rebind(self):
         """Makes every parameter and gradient a view of the flat buffers again (see class doc)."""
         base_p = self._flat_params.data_ptr()
         base_g = self._flat_grads.data_ptr()
-        for i, (p, (off, n)) in enumerate(zip(self._params, self._slots)):
+        for i, p, (off, n) in zip(self._indices, self._params, self._slots):
             if p.data_ptr() != base_p + 4 * off:
                 raise RuntimeError(
                     f"EagerSGD: parameter {i} no longer lives in the optimizer's flat buffer "

@@ -1,8 +1,11 @@
 """Bad input gets clear Python exceptions naming what was wrong, and the group stays usable."""
 
+import time
+
 import torch
 import torch.distributed as dist
 
+import eagercomm
 import eagercomm.torch as et
 from eagercomm import _torch
 from _common import check, done, expect_raises, init
@@ -23,13 +26,15 @@ expect_raises(TypeError, "dtype Char is not supported",
 # refuse it before the backend sees it; either way the error names the device.
 expect_raises((ValueError, NotImplementedError, RuntimeError), "eta",
               lambda: dist.all_reduce(torch.ones(4, device="meta")))
-# The backend's own device check, called directly: what a CUDA tensor would meet.
-expect_raises(ValueError, "allreduce: tensor is on meta; only CPU tensors are supported",
-              lambda: _torch._check_tensor(torch.ones(4, device="meta"), "allreduce"))
+# The backend's own device check, called directly (a meta tensor is no GPU tensor: it has no
+# memory at all).
+msg = expect_raises(ValueError, "allreduce: tensor is on meta (a meta tensor has no data",
+                    lambda: _torch._check_tensor(torch.ones(4, device="meta"), "allreduce"))
+check("GPU" not in msg, f"a meta tensor called a GPU tensor: {msg}")
 check(_torch._check_tensor(torch.ones(4, dtype=torch.bfloat16), "x") == "bf16", "bf16 maps")
 
 # Sparse tensors, several tensors per call, mismatched allgather outputs.
-expect_raises((ValueError, RuntimeError), "",
+expect_raises(ValueError, "dense tensors only",
               lambda: dist.all_reduce(torch.eye(3).to_sparse()))
 expect_raises(ValueError, "takes one tensor per process, got 2",
               lambda: pg.allreduce([torch.ones(2), torch.ones(2)]))
@@ -63,9 +68,63 @@ expect_raises(ValueError, "late='later'",
 gloo = dist.new_group(backend="gloo")
 expect_raises(ValueError, "does not run the eagercomm backend",
               lambda: et.get_communicator(gloo))
+# Integers the extension's C++ types cannot hold: eagercomm's InvalidArgumentError (a
+# ValueError) naming the argument, not pybind11's TypeError listing the signature.
+for kwargs, needle in (({"sync_every": -1}, "sync_every -1 is negative"),
+                       ({"result_depth": -1}, "result_depth -1 is negative"),
+                       ({"seed": 2**64}, "seed"), ({"milestones": [-3]}, "milestone -3")):
+    expect_raises(eagercomm.InvalidArgumentError, needle,
+                  lambda: et.EagerSGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, **kwargs))
+expect_raises(eagercomm.InvalidArgumentError, "sync_every -1 is negative",
+              lambda: et.PartialAllreduceState(sync_every=-1))
+expect_raises(ValueError, "no trainable parameters",
+              lambda: et.EagerSGD(torch.nn.Linear(2, 2).requires_grad_(False).parameters(),
+                                  lr=0.1))
 # Collective refusals (every rank passes the same bad value): momentum out of range.
 expect_raises(ValueError, "momentum",
               lambda: et.EagerSGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, momentum=1.5))
+
+# Frozen parameters (fine-tuning) take no part, as in torch.optim: the frozen layer keeps its
+# values (and its device, dtype: not checked), the trainable one trains, identically everywhere.
+torch.manual_seed(5 + rank)  # different initial models: rank 0's trainable part is broadcast
+frozen = torch.nn.Linear(4, 4).double()  # a dtype EagerSGD could not train
+frozen.requires_grad_(False)
+head = torch.nn.Linear(4, 1)
+frozen_before = frozen.weight.clone()
+opt = et.EagerSGD(list(frozen.parameters()) + list(head.parameters()), lr=0.1, momentum=0.0,
+                  mode="sync")
+head_before = head.weight.detach().clone()
+for _ in range(3):
+    opt.zero_grad()
+    head(frozen(torch.randn(8, 4, dtype=torch.float64)).float()).square().mean().backward()
+    opt.step()
+opt.finish()
+check(torch.equal(frozen.weight, frozen_before), "EagerSGD changed a frozen parameter")
+check(frozen.weight.grad is None, "EagerSGD gave a frozen parameter a gradient")
+check(not torch.equal(head.weight.detach(), head_before), "EagerSGD did not train the head")
+flat = [torch.empty_like(opt.flat_parameters) for _ in range(size)]
+dist.all_gather(flat, opt.flat_parameters)
+check(all(torch.equal(f, flat[0]) for f in flat), "replicas differ with frozen parameters")
+# Two trainable tensors, each in a 16-float slot; the frozen ones would add two more.
+check(opt.flat_parameters.numel() == 2 * 16, f"frozen parameters in the flat buffer: "
+      f"{opt.flat_parameters.numel()} elements")
+
+# The DDP hook's partial allreduce under late="drop": stats()["posts"] counts every post, the
+# dropped ones too (rank 1 comes late each time: its posts miss their rounds and are dropped).
+pa = _torch._PartialAllreduce(et.get_communicator(), 8, mode="solo", late="drop", sync_every=0,
+                              seed=0, result_depth=4, timeout_s=60.0)
+steps = 4
+for _ in range(steps):
+    if rank == 1:
+        time.sleep(0.2)
+    pa.exchange(torch.ones(8))
+pa.flush_into(torch.zeros(8))
+st = pa.stats()
+check(st["posts"] == steps, f"late=drop: posts {st['posts']}, expected {steps} ({st})")
+check(st["late_posts"] >= st["dropped_posts"], f"dropped posts are late ones: {st}")
+dropped = torch.tensor([st["dropped_posts"]])
+dist.all_reduce(dropped)
+check(dropped.item() >= 1, "late=drop: no post was dropped on any rank (the check tests nothing)")
 
 # The group is still fine.
 t = torch.ones(5)
