@@ -415,14 +415,13 @@ std::chrono::nanoseconds CommCore::send_due_probes() {
   for (Op* op : active_) {
     // Streams wait by design; a small-box allreduce is probed by its mismatched peers, and
     // compares signatures in the boxes with matching ones (its probes would only take slots).
-    if (op->probed || key_stream(op->key()) != 0 || op->uses_small_boxes()) continue;
+    if (op->probe_next >= size_ || key_stream(op->key()) != 0 || op->uses_small_boxes()) continue;
     if (op->waiting_since == std::chrono::steady_clock::time_point{}) op->waiting_since = now;
     const auto due = op->waiting_since + kProbeAfter;
     if (now < due) {
       next = std::min<std::chrono::nanoseconds>(next, due - now);
       continue;
     }
-    if (op->probe_next == 0) ++stats_.probes_sent;
     // A probe takes a slot only where more than half are free: the notices that matter more
     // (an abandoned call's error, which an idle rank cannot resend) keep their room. The other
     // peers are probed on a later pass.
@@ -437,11 +436,7 @@ std::chrono::nanoseconds CommCore::send_due_probes() {
       outgoing_.push_back(Outgoing{peer, h, std::string()});
       send_outgoing();
     }
-    if (op->probe_next < size_) {
-      next = std::min<std::chrono::nanoseconds>(next, kProbeAfter / 10);
-    } else {
-      op->probed = true;
-    }
+    if (op->probe_next < size_) next = std::min<std::chrono::nanoseconds>(next, kProbeAfter / 10);
   }
   return next;
 }

@@ -33,7 +33,6 @@ struct CoreStats {
   uint64_t ops_failed = 0;
   uint64_t stale_messages = 0;
   uint64_t unexpected_messages = 0;
-  uint64_t probes_sent = 0;  // collectives that waited long enough to compare signatures
 };
 
 class CommCore final : public ProgressSource {

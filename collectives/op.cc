@@ -75,7 +75,6 @@ void Op::rearm(OpSignature sig) {
   key_ = 0;
   precheck_error = Status::Ok();
   waiting_since = {};
-  probed = false;
   probe_next = 0;
   keep_alive.reset();
   status_ = Status::Ok();

@@ -149,10 +149,9 @@ class Op : public MpscNode {
   Status precheck_error;
 
   // Signature probe state (comm_core.cc): when the idle driver first saw the operation waiting
-  // (zero: not yet), and whether its probe went out.
+  // (zero: not yet), and the first peer not probed yet (the world size: all were).
   std::chrono::steady_clock::time_point waiting_since{};
-  bool probed = false;
-  int probe_next = 0;  // the peers below it have been probed
+  int probe_next = 0;
 
   // The engine's reference while the operation is queued or active.
   std::shared_ptr<Op> self;

@@ -7,7 +7,6 @@
 
 #include <thread>
 
-#include "runtime/store.h"
 #include "tests/mismatch_cases.h"
 #include "tests/world_harness.h"
 
@@ -29,26 +28,14 @@ TEST_P(MismatchOverInproc, EveryPairFailsOnEveryRankAtOnce) {
 INSTANTIATE_TEST_SUITE_P(Ranks, MismatchOverInproc, ::testing::Values(2, 3, 4));
 
 TEST(MismatchOverShm, EveryPairFailsOnEveryRankAtOnce) {
-  Config config = test_config({{"EAGERCOMM_TRANSPORT", "shm"}});
   constexpr int kRanks = 3;
-  HashStore store;
-  std::vector<std::unique_ptr<Communicator>> comms(kRanks);
+  Config config = test_config({{"EAGERCOMM_TRANSPORT", "shm"}});
+  auto comms = shm_world(kRanks, config, "mismatch" + std::to_string(getpid()));
+  for (auto& c : comms) ASSERT_TRUE(c);
   std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      CommunicatorOptions opts;
-      opts.config = &config;
-      opts.scope = "mismatch" + std::to_string(getpid());
-      auto c = Communicator::create(store, r, kRanks, opts);
-      ASSERT_TRUE(c.ok()) << c.status().to_string();
-      comms[r] = std::move(c).value();
-      run_every_mismatched_pair(*comms[r], kPatience);
-    });
-  }
+  for (auto& c : comms) threads.emplace_back([&c] { run_every_mismatched_pair(*c, kPatience); });
   for (auto& t : threads) t.join();
-  for (auto& c : comms) {
-    if (c) c->destroy();
-  }
+  for (auto& c : comms) c->destroy();
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "runtime/deadline.h"
-#include "runtime/store.h"
 #include "tests/world_harness.h"
 
 namespace eagercomm::test {
@@ -19,27 +18,6 @@ using std::chrono::seconds;
 
 bool contains(const Status& s, const std::string& text) {
   return s.message().find(text) != std::string::npos;
-}
-
-// Ranks as threads over shm (not inproc): heartbeats run there, so timeouts can report who had
-// not arrived.
-std::vector<std::unique_ptr<Communicator>> shm_world(int size, const Config& config,
-                                                     const std::string& scope) {
-  HashStore store;
-  std::vector<std::unique_ptr<Communicator>> comms(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      CommunicatorOptions opts;
-      opts.config = &config;
-      opts.scope = scope;
-      auto c = Communicator::create(store, r, size, opts);
-      EXPECT_TRUE(c.ok()) << c.status().to_string();
-      if (c.ok()) comms[r] = std::move(c).value();
-    });
-  }
-  for (auto& t : threads) t.join();
-  return comms;
 }
 
 TEST(Timeouts, ABlockingCollectiveThatTimesOutIsAbandonedOnEveryRank) {
@@ -99,6 +77,7 @@ TEST(Timeouts, EveryBlockingCallTakesItsOwnTimeout) {
 
 TEST(Timeouts, TheErrorNamesTheRanksThatHadNotStarted) {
   Config config = test_config({{"EAGERCOMM_TRANSPORT", "shm"}, {"EAGERCOMM_HEARTBEAT", "100ms"}});
+  // Over shm (not inproc): heartbeats run there, so timeouts can report who had not arrived.
   auto comms = shm_world(3, config, "straggler" + std::to_string(getpid()));
   ASSERT_TRUE(comms[0] && comms[1] && comms[2]);
   // Heartbeats carry how far each rank got; give them time to arrive.

@@ -10,6 +10,7 @@
 
 #include "collectives/communicator.h"
 #include "runtime/config.h"
+#include "runtime/store.h"
 
 namespace eagercomm::test {
 
@@ -24,6 +25,28 @@ inline Config test_config(const std::vector<std::pair<std::string, std::string>>
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
   return c;
+}
+
+// Ranks as threads of this process over `config`'s transport (shm, ucx: what inproc does not
+// exercise), bootstrapped through one in-memory store under `scope`. Null entries for ranks
+// that failed to join (with a test failure).
+inline std::vector<std::unique_ptr<Communicator>> shm_world(int size, const Config& config,
+                                                            const std::string& scope) {
+  HashStore store;
+  std::vector<std::unique_ptr<Communicator>> comms(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      CommunicatorOptions opts;
+      opts.config = &config;
+      opts.scope = scope;
+      auto c = Communicator::create(store, r, size, opts);
+      EXPECT_TRUE(c.ok()) << c.status().to_string();
+      if (c.ok()) comms[r] = std::move(c).value();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return comms;
 }
 
 struct World {
