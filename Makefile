@@ -1,7 +1,8 @@
 # Thin driver over the CMake presets (CMakePresets.json); CMake does the real work.
 #   make build    install missing packages, configure and build build/default
-#   make demo     build, then the main job: 4 ranks train a Fashion-MNIST CNN in sync, solo and
-#                 majority mode under injected imbalance ($(DEMO_CMD))
+#   make demo     build, then the main job: 4 ranks train a Fashion-MNIST CNN in sync, solo,
+#                 majority and adaptive mode under injected imbalance, 3 seeds, time to accuracy
+#                 ($(DEMO_CMD))
 #   make check    default build + all tests, then the TSan and ASan builds + their tests, every
 #                 optional part required (tests/check.sh; it prints each stage's time and count)
 #   make fuzz     the libFuzzer targets of tests/fuzz, FUZZ_SECONDS (60) each (clang)

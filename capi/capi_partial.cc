@@ -18,10 +18,12 @@ Result<PartialMode> to_mode(const ec_partial_options& o) {
       return PartialMode::majority();
     case EC_PARTIAL_QUORUM:
       return PartialMode::quorum_of(o.quorum);
+    case EC_PARTIAL_ADAPTIVE:
+      return PartialMode::adaptive();
   }
   return make_status(StatusCode::kInvalidArgument,
                      "options.mode %d is not an ec_partial_mode (EC_PARTIAL_SYNC .. "
-                     "EC_PARTIAL_QUORUM, 0 .. 3)",
+                     "EC_PARTIAL_ADAPTIVE, 0 .. 4)",
                      static_cast<int>(o.mode));
 }
 

@@ -58,21 +58,21 @@ extern "C" {
 /* ---- errors ---- */
 
 /* The values of eagercomm::StatusCode (runtime/status.h), one for one. */
-typedef EC_ENUM(ec_status) {
-  EC_OK = 0,
-  EC_IN_PROGRESS = 1,      /* not an error: ec_partial_poll found no completed round yet */
-  EC_INVALID_ARGUMENT = 2, /* null handle or buffer, enum out of range, wrong count, ... */
-  EC_MISMATCH = 3,         /* ranks disagree on a collective's arguments */
-  EC_TIMEOUT = 4,          /* a blocking call ran past its timeout (see "Timeouts") */
-  EC_PEER_FAILED = 5,      /* a peer is gone: destroyed, dead or unreachable */
-  EC_ABORTED = 6,          /* the communicator or partial allreduce was destroyed or aborted */
-  EC_UNAVAILABLE = 7,      /* a transport, device or package is not available here */
-  EC_NOT_SUPPORTED = 8,    /* valid, but this build or backend does not do it */
-  EC_NO_MEMORY = 9,
-  EC_BUSY = 10,
-  EC_PROTOCOL_ERROR = 11, /* a peer sent something malformed */
-  EC_IO_ERROR = 12,       /* a system call failed */
-  EC_INTERNAL = 13        /* a bug in eagercomm */
+typedef EC_ENUM(ec_status){
+    EC_OK = 0,
+    EC_IN_PROGRESS = 1,      /* not an error: ec_partial_poll found no completed round yet */
+    EC_INVALID_ARGUMENT = 2, /* null handle or buffer, enum out of range, wrong count, ... */
+    EC_MISMATCH = 3,         /* ranks disagree on a collective's arguments */
+    EC_TIMEOUT = 4,          /* a blocking call ran past its timeout (see "Timeouts") */
+    EC_PEER_FAILED = 5,      /* a peer is gone: destroyed, dead or unreachable */
+    EC_ABORTED = 6,          /* the communicator or partial allreduce was destroyed or aborted */
+    EC_UNAVAILABLE = 7,      /* a transport, device or package is not available here */
+    EC_NOT_SUPPORTED = 8,    /* valid, but this build or backend does not do it */
+    EC_NO_MEMORY = 9,
+    EC_BUSY = 10,
+    EC_PROTOCOL_ERROR = 11, /* a peer sent something malformed */
+    EC_IO_ERROR = 12,       /* a system call failed */
+    EC_INTERNAL = 13        /* a bug in eagercomm */
 } ec_status;
 
 /* The message of the last ec_* call made by this thread: "" when it succeeded, otherwise
@@ -87,16 +87,11 @@ EC_API int ec_abi_version(void);
 
 /* ---- element types and operators (eagercomm::DataType, eagercomm::ReduceOp) ---- */
 
-typedef EC_ENUM(ec_dtype) {
-  EC_FLOAT32 = 0,
-  EC_FLOAT64 = 1,
-  EC_FLOAT16 = 2, /* IEEE binary16, as uint16_t bits */
-  EC_BFLOAT16 = 3,
-  EC_INT32 = 4,
-  EC_INT64 = 5
-} ec_dtype;
+typedef EC_ENUM(ec_dtype){
+    EC_FLOAT32 = 0,  EC_FLOAT64 = 1, EC_FLOAT16 = 2, /* IEEE binary16, as uint16_t bits */
+    EC_BFLOAT16 = 3, EC_INT32 = 4,   EC_INT64 = 5} ec_dtype;
 
-typedef EC_ENUM(ec_op) { EC_SUM = 0, EC_MIN = 1, EC_MAX = 2 } ec_op;
+typedef EC_ENUM(ec_op){EC_SUM = 0, EC_MIN = 1, EC_MAX = 2} ec_op;
 
 /* Bytes of one element; 0 for a value that is not an ec_dtype. */
 EC_API size_t ec_dtype_size(ec_dtype dtype);
@@ -173,14 +168,13 @@ EC_API ec_status ec_barrier(ec_comm* comm, int64_t timeout_ms);
 
 typedef struct ec_partial ec_partial;
 
-typedef EC_ENUM(ec_partial_mode) {
-  EC_PARTIAL_SYNC = 0,
-  EC_PARTIAL_SOLO = 1,
-  EC_PARTIAL_MAJORITY = 2,
-  EC_PARTIAL_QUORUM = 3 /* ec_partial_options.quorum ranks fresh */
+typedef EC_ENUM(ec_partial_mode){
+    EC_PARTIAL_SYNC = 0, EC_PARTIAL_SOLO = 1, EC_PARTIAL_MAJORITY = 2,
+    EC_PARTIAL_QUORUM = 3,  /* ec_partial_options.quorum ranks fresh */
+    EC_PARTIAL_ADAPTIVE = 4 /* everybody, or whoever posted within a quarter step of the first */
 } ec_partial_mode;
 
-typedef EC_ENUM(ec_late_policy) { EC_LATE_CARRY = 0, EC_LATE_DROP = 1 } ec_late_policy;
+typedef EC_ENUM(ec_late_policy){EC_LATE_CARRY = 0, EC_LATE_DROP = 1} ec_late_policy;
 
 typedef struct ec_partial_options {
   ec_partial_mode mode;  /* EC_PARTIAL_SOLO */

@@ -386,7 +386,12 @@ int CommCore::progress() {
     events += send_outgoing();
   }
   if (duty) heartbeat_duty();
-  for (auto& [id, handler] : streams_) events += handler->advance();
+  auto due = std::chrono::steady_clock::time_point::max();
+  for (auto& [id, handler] : streams_) {
+    events += handler->advance();
+    due = std::min(due, handler->next_due());
+  }
+  stream_due_ns_.store(due.time_since_epoch().count(), std::memory_order_release);
   for (size_t i = 0; i < active_.size();) {
     Op* op = active_[i];
     Result<int> r = op->advance(ctx_);
@@ -456,8 +461,17 @@ void CommCore::check_early_probes(Op* op) {
   }
 }
 
+std::chrono::nanoseconds CommCore::until_stream_due(std::chrono::nanoseconds timeout) const {
+  const int64_t due = stream_due_ns_.load(std::memory_order_acquire);
+  if (due == std::chrono::steady_clock::time_point::max().time_since_epoch().count()) {
+    return timeout;
+  }
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return std::clamp(std::chrono::nanoseconds(due - now), std::chrono::nanoseconds(0), timeout);
+}
+
 void CommCore::block(std::chrono::nanoseconds timeout) {
-  timeout = std::min(timeout, send_due_probes());
+  timeout = until_stream_due(std::min(timeout, send_due_probes()));
   // Deferred sends wait for room at a peer, which no notification announces: poll again soon.
   if (!outgoing_.empty() || mailbox_->has_deferred()) {
     timeout = std::min<std::chrono::nanoseconds>(timeout, std::chrono::microseconds(50));
@@ -471,6 +485,7 @@ void CommCore::block(std::chrono::nanoseconds timeout) {
 }
 
 void CommCore::wait_for_work(std::chrono::nanoseconds timeout) {
+  timeout = until_stream_due(timeout);
   if (small_ && small_active_.load(std::memory_order_acquire) > 0) {
     small_->sleep(timeout, [] { return false; });  // not the driver: cannot look at the ops
     return;

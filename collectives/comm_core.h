@@ -190,6 +190,11 @@ class CommCore final : public ProgressSource {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Mailbox> mailbox_;
   std::unique_ptr<SmallBoxes> small_;
+  // The earliest StreamHandler::next_due() after the last progress pass (steady clock, ns), for
+  // the sleeps of the driver and of a progress thread that does not drive.
+  std::atomic<int64_t> stream_due_ns_{
+      std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
+  std::chrono::nanoseconds until_stream_due(std::chrono::nanoseconds timeout) const;
   std::atomic<int> small_active_{0};  // active operations that use small_ (any thread reads)
   uint32_t small_passes_ = 0;         // progress passes while only those were active
   std::unique_ptr<Engine> engine_;

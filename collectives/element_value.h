@@ -1,6 +1,7 @@
 // One element of any DataType read or written as a double: for references, checks and tools
-// (the benchmark's result check, tests), not for the data path. Exact for integers up to 2^53
-// and for every value the target type can represent.
+// (the benchmark's result check, tests) and a few elements per operation (a partial round's
+// metadata digits), not for a buffer's data. Exact for integers up to 2^53 and for every value
+// the target type can represent.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "collectives/partial_allreduce.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -7,6 +8,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/comm_core.h"
 #include "collectives/communicator.h"
+#include "collectives/partial_meta.h"
 #include "collectives/partial_shared.h"
 #include "collectives/partial_stream.h"
 #include "collectives/reduce_kernels.h"
@@ -31,6 +33,8 @@ std::string PartialMode::name() const {
       return "majority";
     case PartialKind::kQuorum:
       return "quorum(" + std::to_string(quorum) + ")";
+    case PartialKind::kAdaptive:
+      return "adaptive";
   }
   return "?";
 }
@@ -39,16 +43,18 @@ Result<PartialMode> parse_partial_mode(std::string_view text) {
   if (text == "sync") return PartialMode::sync();
   if (text == "solo") return PartialMode::solo();
   if (text == "majority") return PartialMode::majority();
+  if (text == "adaptive") return PartialMode::adaptive();
   std::string_view rest;
   if (text.rfind("quorum:", 0) == 0) rest = text.substr(7);
   if (text.rfind("quorum(", 0) == 0 && text.back() == ')') rest = text.substr(7, text.size() - 8);
   if (!rest.empty() && rest.size() < 8 && rest.find_first_not_of("0123456789") == rest.npos) {
     return PartialMode::quorum_of(std::stoi(std::string(rest)));
   }
-  return make_status(StatusCode::kInvalidArgument,
-                     "unknown partial allreduce mode '%.*s' (accepted: sync, solo, majority, "
-                     "quorum:K)",
-                     static_cast<int>(text.size()), text.data());
+  return make_status(
+      StatusCode::kInvalidArgument,
+      "unknown partial allreduce mode '%.*s' (accepted: sync, solo, majority, adaptive, "
+      "quorum:K)",
+      static_cast<int>(text.size()), text.data());
 }
 
 // ---- RoundResult ----
@@ -60,7 +66,6 @@ RoundResult& RoundResult::operator=(RoundResult&& o) noexcept {
     release();
     round_ = o.round_;
     size_ = o.size_;
-    meta_ = std::move(o.meta_);
     data_ = o.data_;
     count_ = o.count_;
     type_ = o.type_;
@@ -98,25 +103,27 @@ int RoundResult::fresh_count() const {
   for (int r = 0; r < size_; ++r) n += fresh(r);
   return n;
 }
-bool RoundResult::fresh(int rank) const { return rank >= 0 && rank < size_ && meta_[rank] != 0; }
+namespace {
+detail::RankMeta meta_of(const void* data, size_t count, DataType type, int size, int rank) {
+  if (data == nullptr) return {};
+  const void* tail = static_cast<const uint8_t*>(data) + count * dtype_size(type);
+  return detail::read_rank_meta(tail, type, size, rank);
+}
+}  // namespace
+
+bool RoundResult::fresh(int rank) const { return meta_of(data_, count_, type_, size_, rank).fresh; }
 int RoundResult::contributors() const {
   int n = 0;
   for (int r = 0; r < size_; ++r) n += posts(r) > 0;
   return n;
 }
-int RoundResult::age(int rank) const {
-  if (rank < 0 || rank >= size_) return -1;
-  return static_cast<int>(meta_[size_ + rank]) - 1;
-}
+int RoundResult::age(int rank) const { return meta_of(data_, count_, type_, size_, rank).age; }
 int RoundResult::max_age() const {
   int m = 0;
   for (int r = 0; r < size_; ++r) m = std::max(m, age(r));
   return m;
 }
-int RoundResult::posts(int rank) const {
-  if (rank < 0 || rank >= size_) return 0;
-  return static_cast<int>(meta_[2 * size_ + rank]);
-}
+int RoundResult::posts(int rank) const { return meta_of(data_, count_, type_, size_, rank).posts; }
 
 // ---- creation ----
 
@@ -133,7 +140,7 @@ struct Descriptor {
   uint32_t sync_every;
   uint32_t result_depth;
   uint32_t stream;
-  uint32_t reserved;
+  uint32_t patience_permille;
 };
 static_assert(sizeof(Descriptor) % 8 == 0);
 
@@ -149,6 +156,9 @@ Descriptor describe_args(size_t count, DataType type, PartialMode mode, const Pa
   d.sync_every = o.sync_every;
   d.result_depth = o.result_depth;
   d.stream = stream;
+  d.patience_permille = o.patience >= 0 && o.patience <= PartialOptions::kMaxPatience
+                            ? static_cast<uint32_t>(std::lround(o.patience * 1000))
+                            : UINT32_MAX;
   return d;
 }
 
@@ -179,7 +189,7 @@ std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_
   if (a.dtype != b.dtype) return say_names("dtype", type_name(a.dtype), type_name(b.dtype));
   if (a.kind != b.kind || a.quorum != b.quorum) {
     auto name = [](const Descriptor& d) {
-      return d.kind <= 3 ? PartialMode{static_cast<PartialKind>(d.kind), d.quorum}.name()
+      return d.kind <= 4 ? PartialMode{static_cast<PartialKind>(d.kind), d.quorum}.name()
                          : std::string("mode ") + std::to_string(d.kind);
     };
     snprintf(buf, sizeof(buf), "partial allreduce: rank %d created it in mode %s but rank %d in %s",
@@ -190,6 +200,9 @@ std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_
   if (a.sync_every != b.sync_every) return say("sync_every", a.sync_every, b.sync_every);
   if (a.seed != b.seed) return say("seed", a.seed, b.seed);
   if (a.result_depth != b.result_depth) return say("result_depth", a.result_depth, b.result_depth);
+  if (a.patience_permille != b.patience_permille) {
+    return say("patience (per mille)", a.patience_permille, b.patience_permille);
+  }
   if (a.stream != b.stream) {
     return say("object number (ranks created partial allreduces in a different order)", a.stream,
                b.stream);
@@ -204,7 +217,7 @@ Status validate(const Descriptor& d, int size) {
                        "DataType",
                        d.dtype);
   }
-  if (d.kind > 3) {
+  if (d.kind > 4) {
     return make_status(StatusCode::kInvalidArgument,
                        "partial allreduce: mode %u is not a "
                        "PartialKind",
@@ -214,6 +227,11 @@ Status validate(const Descriptor& d, int size) {
     return make_status(StatusCode::kInvalidArgument,
                        "partial allreduce: quorum(%d) with %d ranks (accepted: 1 .. %d)", d.quorum,
                        size, size);
+  }
+  if (d.patience_permille == UINT32_MAX) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "partial allreduce: patience is not in [0, %g] (a fraction of a step)",
+                       PartialOptions::kMaxPatience);
   }
   if (d.late > 1) {
     return make_status(StatusCode::kInvalidArgument,
@@ -275,15 +293,16 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   shared->count = count;
   shared->type = type;
   shared->bytes = count * dtype_size(type);
+  shared->tail_bytes = detail::meta_elements(type, P) * dtype_size(type);
   shared->mode = mode;
   shared->options = options;
   shared->core = core;
   for (size_t b = 0; b < buffers; ++b) {
     auto buf = std::make_unique<detail::ContributionBuffer>();
-    EC_ASSIGN_OR_RETURN(buf->region, core->allocate(shared->bytes));
+    EC_ASSIGN_OR_RETURN(buf->region, core->allocate(shared->bytes + shared->tail_bytes));
     // Fault the pages in now rather than in the first rounds (a first touch costs a page fault
     // per 4 KiB, several milliseconds per MiB on a VM, and every buffer is used in turn).
-    if (shared->bytes) std::memset(buf->region->data(), 0, shared->bytes);
+    std::memset(buf->region->data(), 0, shared->bytes + shared->tail_bytes);
     shared->buffers.push_back(std::move(buf));
     if (b > 0) (void)shared->free_buffers.try_push(static_cast<uint32_t>(b));
   }
@@ -406,7 +425,6 @@ Result<std::optional<RoundResult>> PartialAllreduce::poll() {
   RoundResult r;
   r.round_ = record.round;
   r.size_ = s.size;
-  r.meta_ = std::move(record.meta);
   r.data_ = s.buffers[record.buffer]->data();
   r.count_ = s.count;
   r.type_ = s.type;

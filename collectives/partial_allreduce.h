@@ -23,7 +23,13 @@
 //               ranks (seed, r): in expectation at least half the contributions are fresh;
 //   quorum(k)   the round's coordinator (rank r mod P), once k ranks have posted fresh for r:
 //               at least k contributions are fresh, guaranteed;
-//   sync        quorum(P): a synchronous allreduce of every rank's fresh gradient.
+//   sync        quorum(P): a synchronous allreduce of every rank's fresh gradient;
+//   adaptive    the round's coordinator (rank r mod P), once every rank has posted fresh for r,
+//               or `patience` steps after the first fresh post for r arrived, whichever comes
+//               first (a step: the coordinator's measured interval between its own posts). So
+//               a round is synchronous when the ranks arrive within the patience of each other,
+//               a quorum of those that did when some are late, and solo when one rank is far
+//               ahead: chosen per round from the measured arrival spread.
 // Every sync_every-th round (option) is synchronous whatever the mode, which bounds staleness:
 // every post lands at most sync_every - 1 rounds after the round it was meant for.
 //
@@ -75,7 +81,13 @@ class PartialStream;
 class CommCore;
 }  // namespace detail
 
-enum class PartialKind : uint8_t { kSync = 0, kSolo = 1, kMajority = 2, kQuorum = 3 };
+enum class PartialKind : uint8_t {
+  kSync = 0,
+  kSolo = 1,
+  kMajority = 2,
+  kQuorum = 3,
+  kAdaptive = 4
+};
 
 struct PartialMode {
   PartialKind kind = PartialKind::kSolo;
@@ -85,11 +97,12 @@ struct PartialMode {
   static PartialMode solo() { return {PartialKind::kSolo, 0}; }
   static PartialMode majority() { return {PartialKind::kMajority, 0}; }
   static PartialMode quorum_of(int k) { return {PartialKind::kQuorum, k}; }
-  // "sync", "solo", "majority", "quorum(3)".
+  static PartialMode adaptive() { return {PartialKind::kAdaptive, 0}; }
+  // "sync", "solo", "majority", "quorum(3)", "adaptive".
   std::string name() const;
 };
 
-// Accepts "sync", "solo", "majority", "quorum:K" and "quorum(K)".
+// Accepts "sync", "solo", "majority", "adaptive", "quorum:K" and "quorum(K)".
 Result<PartialMode> parse_partial_mode(std::string_view text);
 
 enum class LatePolicy : uint8_t { kCarry = 0, kDrop = 1 };
@@ -99,6 +112,10 @@ struct PartialOptions {
   uint32_t sync_every = 0;    // every N-th round is synchronous; 0: never
   uint64_t seed = 0;          // shared PRNG seed (majority initiators)
   uint32_t result_depth = 4;  // rounds a rank may hold unreleased (1 .. 1024)
+  // adaptive: how long a round's coordinator waits for the other ranks after the first fresh
+  // post, in steps (its own measured post interval); 0 .. kMaxPatience, kept to 1/1000.
+  static constexpr double kMaxPatience = 10.0;
+  double patience = 0.25;
 };
 
 // One round's result. Move-only; owns the result buffer until destroyed.
@@ -109,6 +126,8 @@ class RoundResult {
   ~RoundResult();
 
   uint64_t round() const { return round_; }
+  // The communicator's size: ranks 0 .. ranks() - 1 have metadata below.
+  int ranks() const { return size_; }
   // Ranks whose contribution held a post meant for this round.
   int fresh_count() const;
   bool fresh(int rank) const;
@@ -122,6 +141,8 @@ class RoundResult {
   int posts(int rank) const;
 
   // The sum of the contributions: count() elements of type().
+  // The metadata accessors above read the buffer too: a released (moved-from) result answers
+  // as if no rank contributed.
   const void* data() const { return data_; }
   size_t count() const { return count_; }
   DataType type() const { return type_; }
@@ -141,7 +162,6 @@ class RoundResult {
 
   uint64_t round_ = 0;
   int size_ = 0;
-  std::vector<int64_t> meta_;  // per rank: fresh, age + 1, posts
   const void* data_ = nullptr;
   size_t count_ = 0;
   DataType type_ = DataType::kFloat32;

@@ -1,7 +1,5 @@
 #include "collectives/partial_shared.h"
 
-#include <cstring>
-
 #include "collectives/comm_core.h"
 
 namespace eagercomm::detail {
@@ -17,7 +15,6 @@ int PartialShared::initiator(uint64_t round) const {
 
 void PartialShared::recycle(uint32_t buffer) {
   ContributionBuffer& buf = *buffers[buffer];
-  if (bytes) std::memset(buf.data(), 0, bytes);
   buf.reset_meta();
   // The queue has room for every buffer, so this never fails.
   (void)free_buffers.try_push(buffer);

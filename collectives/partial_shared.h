@@ -46,7 +46,6 @@ struct ContributionBuffer {
 struct RoundRecord {
   uint64_t round = 0;
   uint32_t buffer = 0;
-  std::vector<int64_t> meta;  // 3 * P: fresh, age + 1, posts per rank
 };
 
 // Application -> engine.
@@ -72,7 +71,8 @@ struct PartialShared {
   int size = 1;
   size_t count = 0;
   DataType type = DataType::kFloat32;
-  size_t bytes = 0;
+  size_t bytes = 0;       // count elements: what posts add and results show
+  size_t tail_bytes = 0;  // the round metadata after them (partial_meta.h)
   PartialMode mode;
   PartialOptions options;
   std::shared_ptr<CommCore> core;  // outlives every buffer (they are its transport's memory)
@@ -108,11 +108,22 @@ struct PartialShared {
     return mode.kind == PartialKind::kSync ||
            (options.sync_every > 0 && (round + 1) % options.sync_every == 0);
   }
-  int quorum(uint64_t round) const { return synchronous(round) ? size : mode.quorum; }
+  // Rounds whose coordinator counts fresh posts (quorum, adaptive, synchronous rounds).
+  bool counted(uint64_t round) const {
+    return synchronous(round) || mode.kind == PartialKind::kQuorum ||
+           mode.kind == PartialKind::kAdaptive;
+  }
+  // adaptive rounds wait for everybody unless the patience runs out (PartialStream).
+  int quorum(uint64_t round) const {
+    return synchronous(round) || mode.kind == PartialKind::kAdaptive ? size : mode.quorum;
+  }
   int coordinator(uint64_t round) const { return static_cast<int>(round % size); }
   int initiator(uint64_t round) const;  // majority: drawn from (seed, round)
 
-  // Gives a released buffer back (application thread): zeroed, ready to be opened again.
+  // Where buffer `b`'s metadata tail starts.
+  void* tail(uint32_t b) const { return static_cast<uint8_t*>(buffers[b]->data()) + bytes; }
+  // Gives a released buffer back (application thread), ready to be opened again: its data is
+  // overwritten by the first post or zeroed when the round starts without one.
   void recycle(uint32_t buffer);
 };
 

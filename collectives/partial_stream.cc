@@ -1,16 +1,19 @@
 #include "collectives/partial_stream.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "collectives/comm_core.h"
+#include "collectives/partial_meta.h"
 #include "runtime/log.h"
 
 namespace eagercomm::detail {
 namespace {
 
-// Round r's data allreduce has sequence 2r in the stream, its metadata allreduce 2r + 1.
+// Round r's allreduce has sequence 2r in the stream (odd sequences are unused: they carried a
+// separate metadata allreduce before the metadata moved into the data's tail).
 uint64_t round_of(OpKey key) { return key_seq(key) / 2; }
-bool is_meta(OpKey key) { return key_seq(key) % 2 == 1; }
 
 }  // namespace
 
@@ -24,15 +27,11 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
   data_sig_.coll = static_cast<uint8_t>(CollKind::kAllreduce);
   data_sig_.dtype = static_cast<uint8_t>(shared_->type);
   data_sig_.redop = static_cast<uint8_t>(ReduceOp::kSum);
-  data_sig_.count = shared_->count;
+  data_sig_.count = shared_->count + meta_elements(shared_->type, P_);
   // Small boxes are numbered by the collective stream's sequence, not by rounds: none here.
-  data_sig_.reserved = static_cast<uint8_t>(choose_allreduce(
-      core_.config(), shared_->bytes, core_.payload_capacity(), core_.maps_peer_memory(), 0));
-  meta_sig_ = data_sig_;
-  meta_sig_.dtype = static_cast<uint8_t>(DataType::kInt64);
-  meta_sig_.count = 3 * static_cast<uint64_t>(P_);
-  meta_sig_.reserved = static_cast<uint8_t>(choose_allreduce(
-      core_.config(), meta_sig_.count * 8, core_.payload_capacity(), core_.maps_peer_memory(), 0));
+  data_sig_.reserved =
+      static_cast<uint8_t>(choose_allreduce(core_.config(), shared_->bytes + shared_->tail_bytes,
+                                            core_.payload_capacity(), core_.maps_peer_memory(), 0));
 }
 
 PartialStream::~PartialStream() {
@@ -108,6 +107,13 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
 
 int PartialStream::advance() {
   int events = drain_events();
+  // adaptive: coordinated rounds whose patience ran out activate with the posts they have.
+  // check_quorum() erases only the round it is given, so the iterator past it stays valid.
+  for (auto it = first_arrival_.begin(); it != first_arrival_.end();) {
+    const uint64_t round = it->first;
+    ++it;
+    if (patience_over(round)) check_quorum(round);
+  }
   while (activated_ < want_ && activate_next()) ++events;
   events += start_taken();
   events += deliver();
@@ -127,8 +133,9 @@ int PartialStream::drain_events() {
         if (e.fresh) {
           posted_ = true;
           last_posted_ = std::max(last_posted_, e.round);
+          if (shared_->mode.kind == PartialKind::kAdaptive) measure_step();
         }
-        if (shared_->synchronous(e.round) || shared_->mode.kind == PartialKind::kQuorum) {
+        if (shared_->counted(e.round)) {
           // Only fresh posts count towards a quorum; the round's coordinator counts them.
           if (!e.fresh) break;
           const int c = shared_->coordinator(e.round);
@@ -159,7 +166,7 @@ int PartialStream::drain_events() {
 
 void PartialStream::consider_trigger(uint64_t round) {
   if (round < activated_ || !posted_ || last_posted_ < round) return;
-  if (shared_->synchronous(round) || shared_->mode.kind == PartialKind::kQuorum) return;
+  if (shared_->counted(round)) return;
   if (shared_->mode.kind == PartialKind::kSolo) {
     want(round + 1);
   } else {
@@ -171,7 +178,10 @@ void PartialStream::consider_trigger(uint64_t round) {
 void PartialStream::count_arrival(uint64_t round, int peer) {
   if (round < activated_) return;  // already active
   std::vector<bool>& seen = arrivals_[round];
-  if (seen.empty()) seen.assign(P_, false);
+  if (seen.empty()) {
+    seen.assign(P_, false);
+    if (shared_->mode.kind == PartialKind::kAdaptive) first_arrival_[round] = Clock::now();
+  }
   seen[peer] = true;
   check_quorum(round);
 }
@@ -181,14 +191,47 @@ void PartialStream::check_quorum(uint64_t round) {
   if (it == arrivals_.end()) return;
   if (round < activated_) {
     arrivals_.erase(it);
+    first_arrival_.erase(round);
     return;
   }
   int count = 0;
   for (int i = 0; i < P_; ++i) count += it->second[i] || flushing(i);
-  if (count >= shared_->quorum(round)) {
+  if (count >= shared_->quorum(round) || patience_over(round)) {
     arrivals_.erase(it);
+    first_arrival_.erase(round);
     want(round + 1);
   }
+}
+
+void PartialStream::measure_step() {
+  // An exponential average of the intervals between this rank's own fresh posts: its step,
+  // computing and waiting together, which is what a late rank costs the others per step.
+  const Clock::time_point now = Clock::now();
+  if (own_posts_++ > 0) {
+    const double interval = std::chrono::duration<double>(now - last_own_post_).count();
+    step_s_ = own_posts_ == 2 ? interval : 0.9 * step_s_ + 0.1 * interval;
+  }
+  last_own_post_ = now;
+}
+
+PartialStream::Clock::time_point PartialStream::patience_end(uint64_t round) const {
+  auto it = first_arrival_.find(round);
+  // Until this rank has measured a step, wait for everybody (a synchronous round).
+  if (it == first_arrival_.end() || own_posts_ < 2 || shared_->synchronous(round)) {
+    return Clock::time_point::max();
+  }
+  return it->second + std::chrono::duration_cast<Clock::duration>(
+                          std::chrono::duration<double>(shared_->options.patience * step_s_));
+}
+
+bool PartialStream::patience_over(uint64_t round) const {
+  return Clock::now() >= patience_end(round);
+}
+
+PartialStream::Clock::time_point PartialStream::next_due() const {
+  Clock::time_point due = Clock::time_point::max();
+  for (const auto& [round, first] : first_arrival_) due = std::min(due, patience_end(round));
+  return due;
 }
 
 void PartialStream::reevaluate() {
@@ -215,6 +258,7 @@ bool PartialStream::activate_next() {
   activated_ = round + 1;
   shared_->activated.store(activated_, std::memory_order_release);
   arrivals_.erase(round);
+  first_arrival_.erase(round);
   // A flush is over once its round is active here; its flushing marks no longer count.
   for (auto it = flush_rounds_.begin(); it != flush_rounds_.end() && it->second <= round;) {
     flush_done_ = std::max(flush_done_, it->first);
@@ -244,22 +288,22 @@ int PartialStream::start_taken() {
 
 void PartialStream::start(uint64_t index, Round& round) {
   ContributionBuffer& buf = *shared_->buffers[round.buffer];
-  round.meta.assign(3 * static_cast<size_t>(P_), 0);
-  round.meta[r_] = buf.fresh ? 1 : 0;
-  round.meta[P_ + r_] = buf.posts ? static_cast<int64_t>(index - buf.min_base) + 1 : 0;
-  round.meta[2 * P_ + r_] = buf.posts;
+  // A recycled buffer keeps its last result until a post overwrites it.
+  if (buf.posts == 0 && shared_->bytes) std::memset(buf.data(), 0, shared_->bytes);
+  void* tail = shared_->tail(round.buffer);
+  std::memset(tail, 0, shared_->tail_bytes);
+  RankMeta mine;
+  mine.fresh = buf.fresh;
+  mine.age = buf.posts ? static_cast<int>(std::min<uint64_t>(index - buf.min_base, INT32_MAX)) : -1;
+  mine.posts = static_cast<int>(std::min<uint32_t>(buf.posts, INT32_MAX));
+  write_rank_meta(tail, shared_->type, P_, r_, mine);
   round.started = true;
 
   std::shared_ptr<Op> data = make_allreduce(data_sig_, buf.data(), buf.data());
   data->set_key(make_key(shared_->stream, 2 * index));
   data->keep_alive = shared_;
-  std::shared_ptr<Op> meta = make_allreduce(meta_sig_, round.meta.data(), round.meta.data());
-  meta->set_key(make_key(shared_->stream, 2 * index + 1));
-  meta->keep_alive = shared_;
   round.data_op = data.get();
-  round.meta_op = meta.get();
   core_.start_stream_op(std::move(data));
-  core_.start_stream_op(std::move(meta));
 
   auto stash = stashed_.find(index);
   if (stash != stashed_.end()) {
@@ -273,13 +317,8 @@ void PartialStream::on_op_done(Op* op, const Status& status) {
   auto it = rounds_.find(round_of(op->key()));
   if (it == rounds_.end()) return;
   Round& round = it->second;
-  if (is_meta(op->key())) {
-    round.meta_done = true;
-    round.meta_op = nullptr;
-  } else {
-    round.data_done = true;
-    round.data_op = nullptr;
-  }
+  round.data_done = true;
+  round.data_op = nullptr;
   if (!status.ok() && round.status.ok()) {
     round.status = status;
     break_from(it->first, status);
@@ -290,10 +329,10 @@ int PartialStream::deliver() {
   int n = 0;
   for (auto it = rounds_.find(delivered_); it != rounds_.end(); it = rounds_.find(delivered_)) {
     Round& round = it->second;
-    if (delivered_ >= broken_from_ || !round.started || !round.data_done || !round.meta_done) {
+    if (delivered_ >= broken_from_ || !round.started || !round.data_done) {
       break;
     }
-    RoundRecord record{delivered_, round.buffer, std::move(round.meta)};
+    RoundRecord record{delivered_, round.buffer};
     rounds_.erase(it);
     // The queue holds every buffer the object has, so it is never full.
     if (!shared_->results.try_push(std::move(record))) {
@@ -325,7 +364,6 @@ void PartialStream::break_from(uint64_t round, const Status& why, uint64_t spare
     if (index < round) continue;
     // Failing an operation calls back into on_op_done, which clears these pointers.
     if (r.data_op) core_.fail_op(r.data_op, why, false);
-    if (r.meta_op) core_.fail_op(r.meta_op, why, false);
   }
   for (auto it = stashed_.lower_bound(round); it != stashed_.end(); it = stashed_.erase(it)) {
     for (InMessage* m : it->second) discard(m, read_header(*m));

@@ -2,7 +2,8 @@
 //
 // Runs the rounds of one PartialAllreduce: decides when a round activates (from this rank's
 // posts, the activation flood, coordinators' quorum counts, data of the round arriving), takes
-// the open contribution, starts the round's data allreduce and its metadata allreduce, and
+// the open contribution, starts the round's allreduce (the data, with this rank's metadata in its
+// tail: partial_meta.h), and
 // delivers results in round order. Called only by the engine's current driver.
 //
 // Activation travels as a flood: a rank that activates round r for any reason sends an
@@ -13,6 +14,7 @@
 // earlier round not yet active (with whatever contribution is open, possibly nothing).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -34,6 +36,7 @@ class PartialStream final : public StreamHandler {
 
   void on_message(InMessage* m, const MsgHeader& h) override;
   int advance() override;
+  std::chrono::steady_clock::time_point next_due() const override;
   void on_op_done(Op* op, const Status& status) override;
   void on_peer_gone(int peer, const Status& why) override;
   void on_closed() override;
@@ -46,10 +49,7 @@ class PartialStream final : public StreamHandler {
     uint32_t buffer = 0;
     bool started = false;
     bool data_done = false;
-    bool meta_done = false;
     Op* data_op = nullptr;
-    Op* meta_op = nullptr;
-    std::vector<int64_t> meta;
     Status status;
   };
 
@@ -62,6 +62,12 @@ class PartialStream final : public StreamHandler {
   void want(uint64_t end) { want_ = std::max(want_, end); }
   void count_arrival(uint64_t round, int peer);
   void check_quorum(uint64_t round);
+  // adaptive: this rank's step (between its own fresh posts), and when a round it coordinates
+  // stops waiting for the ranks that have not posted.
+  using Clock = std::chrono::steady_clock;
+  void measure_step();
+  Clock::time_point patience_end(uint64_t round) const;
+  bool patience_over(uint64_t round) const;
   // Activates `round` if this rank's posts in it are what the mode waits for.
   void consider_trigger(uint64_t round);
   // Flushing ranks post no more: quorums count them, majority rounds whose initiator flushes
@@ -79,14 +85,17 @@ class PartialStream final : public StreamHandler {
   std::shared_ptr<PartialShared> shared_;
   const int P_;
   const int r_;
-  OpSignature data_sig_;
-  OpSignature meta_sig_;
+  OpSignature data_sig_;  // the round's allreduce: the data, then the metadata tail
 
   uint64_t activated_ = 0;  // rounds entered here
   uint64_t want_ = 0;       // rounds that should be entered (back-pressure may hold them back)
   uint64_t delivered_ = 0;  // rounds handed to the application queue
   std::map<uint64_t, Round> rounds_;                     // entered, not delivered
   std::map<uint64_t, std::vector<bool>> arrivals_;       // coordinator: fresh posts per round
+  std::map<uint64_t, Clock::time_point> first_arrival_;  // adaptive coordinator: first post
+  double step_s_ = 0;                                    // adaptive: this rank's step (EMA)
+  uint64_t own_posts_ = 0;
+  Clock::time_point last_own_post_;
   std::map<uint64_t, std::vector<InMessage*>> stashed_;  // messages of rounds not started
   uint64_t broken_from_ = std::numeric_limits<uint64_t>::max();
   Status broken_why_;

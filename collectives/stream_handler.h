@@ -8,6 +8,8 @@
 // calls come from the engine's current driver.
 #pragma once
 
+#include <chrono>
+
 #include "collectives/op.h"
 #include "runtime/status.h"
 
@@ -20,6 +22,11 @@ class StreamHandler {
   virtual void on_message(InMessage* m, const MsgHeader& h) = 0;
   // Returns the number of events handled (0: idle).
   virtual int advance() = 0;
+  // When advance() must run again although no message or post comes (a timer of the stream's
+  // own); max: never. Asked after every advance(); an idle engine sleeps no longer.
+  virtual std::chrono::steady_clock::time_point next_due() const {
+    return std::chrono::steady_clock::time_point::max();
+  }
   // An operation the handler started has completed with `status`.
   virtual void on_op_done(Op* op, const Status& status) = 0;
   // `peer` left the communicator or broke the protocol.

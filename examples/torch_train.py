@@ -1,19 +1,40 @@
 """Fashion-MNIST CNN under injected imbalance: DDP over Gloo, DDP over the eagercomm backend and
-eagercomm.torch.EagerSGD (solo), one after the other in one job, side by side.
+eagercomm.torch.EagerSGD in any of its modes, one after the other in one job, side by side.
 
-    eagercomm-run -n 4 -- /usr/bin/python3 examples/torch_train.py [--train-samples 24000] ...
+    PYTHONPATH=build/default/python eagercomm-run -n 4 -- /usr/bin/python3 \\
+        examples/torch_train.py --train-samples 60000 --epochs 2 --batch 64 --lr 0.05 \\
+        --weight-decay 1e-4 -k 1 --delay-ms 100
 
 (PYTHONPATH must reach the built package: <build>/python.) Imbalance as in the eager-SGD paper:
-at every step, K ranks drawn by a PRNG every rank shares sleep D ms before their update. Each
-configuration starts from the same initial model and sees the same data; rank 0 prints wall
-time, throughput (training samples of all ranks per second) and test accuracy.
+at every step, K ranks drawn by a PRNG every rank shares sleep D ms before their update.
+
+Configurations (--configs): ddp-gloo, ddp-eagercomm, and eager-MODE for every EagerSGD mode
+(eager-solo, eager-majority, eager-sync, eager-adaptive, eager-quorum:3). EagerSGD gets the same
+lr, momentum and weight decay as torch.optim.SGD: its staleness rule (--staleness momentum,
+the default) lowers the momentum of stale rounds, so no separate momentum is needed.
+
+Time to accuracy: every configuration is evaluated at time 0 and --evals-per-epoch times per
+epoch at equally spaced steps (eager configurations call finish() first, so the replicas are
+identical; the finish counts as training time, the evaluation does not). The reference accuracy
+is the final accuracy of the first DDP configuration (or of --target-config). Per configuration
+rank 0 prints the training time, throughput (training samples of all ranks per second), final
+test accuracy, time to reach the reference accuracy (linear interpolation between evaluations),
+the speedup in that time over the reference, and the accuracy at equal wall time (every curve
+read at the shortest training time of all configurations).
+
+Every configuration runs once per seed (--seeds 1,2,3): the seed sets the initial model, the
+data order and the imbalance draws, identical for every configuration of that seed. After the
+per-seed tables rank 0 prints, per configuration, the mean and [min, max] over the seeds;
+--json FILE writes everything, curves included.
 """
 
 import argparse
 import datetime
 import gzip
+import json
 import os
 import random
+import re
 import time
 
 import torch
@@ -25,6 +46,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import eagercomm.torch as et
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
+EAGER_MODE = re.compile(r"^(solo|majority|sync|adaptive|quorum:[0-9]+)$")
 
 
 def read_idx(path):
@@ -57,38 +79,78 @@ class Cnn(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
-def accuracy(model, x, y):
+def accuracy(model, test, total):
+    """Test accuracy of the (identical on every rank) model: each rank scores its shard."""
+    x, y = test
     model.eval()
     with torch.no_grad():
         correct = sum((model(x[i:i + 1000]).argmax(1) == y[i:i + 1000]).sum().item()
                       for i in range(0, len(x), 1000))
     model.train()
-    return correct / len(x)
+    count = torch.tensor([float(correct)])
+    dist.all_reduce(count)  # float32 counts are exact up to 2^24
+    return count.item() / total
 
 
-def train(config, args, shard, test):
+def parse_configs(text):
+    configs = [c.strip() for c in text.split(",") if c.strip()]
+    if not configs:
+        raise SystemExit("--configs: no configuration given")
+    for c in configs:
+        if c in ("ddp-gloo", "ddp-eagercomm"):
+            continue
+        if c.startswith("eager-") and EAGER_MODE.match(c[len("eager-"):]):
+            continue
+        raise SystemExit(f"--configs: unknown configuration {c!r} (accepted: ddp-gloo, "
+                         f"ddp-eagercomm, eager-solo, eager-majority, eager-sync, eager-adaptive, "
+                         f"eager-quorum:K)")
+    if len(set(configs)) != len(configs):
+        raise SystemExit(f"--configs: a configuration is listed twice: {text}")
+    return configs
+
+
+def parse_seeds(text):
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"--seeds: expected a comma-separated list of integers, got {text!r}")
+    if not seeds or any(s < 0 for s in seeds):
+        raise SystemExit(f"--seeds: expected non-negative integers, got {text!r}")
+    return seeds
+
+
+def train(config, seed, args, shard, test, gloo):
+    """Trains one configuration; returns its row: times, curve [(seconds, accuracy)], stats."""
     rank, size = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(args.seed)  # same initial model in every configuration
+    torch.manual_seed(seed)  # same initial model in every configuration of this seed
     model = Cnn()
+    eager = config.startswith("eager-")
     if config == "ddp-gloo":
-        net = DDP(model, process_group=dist.new_group(backend="gloo"))
-        opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
+        net = DDP(model, process_group=gloo)
     elif config == "ddp-eagercomm":
         net = DDP(model)  # the default group: init_process_group("eagercomm")
-        opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum)
-    else:
+    if eager:
         net = model
-        # Staleness acts as extra momentum: eager modes use at most --eager-momentum, as
-        # eagercomm-train does (sgd/EXPERIMENTS.md).
-        opt = et.EagerSGD(model.parameters(), lr=args.lr,
-                          momentum=min(args.momentum, args.eager_momentum), mode="solo")
+        opt = et.EagerSGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                          weight_decay=args.weight_decay, mode=config[len("eager-"):],
+                          staleness=args.staleness, patience=args.patience)
+    else:
+        opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum,
+                              weight_decay=args.weight_decay)
     x, y = shard
     steps = len(x) // args.batch
+    # Evaluate after these steps of every epoch (1-based; the last is the end of the epoch).
+    evals = sorted({round((j + 1) * steps / args.evals_per_epoch)
+                    for j in range(args.evals_per_epoch)} - {0})
+    curve = [(0.0, accuracy(model, test, args.test_total))]
+    curve_epochs = [0.0]
+    trained = 0.0  # training seconds so far, evaluations excluded
     dist.barrier()
     start = time.perf_counter()
     for epoch in range(args.epochs):
-        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(epoch * 1000 + rank))
-        shared = random.Random(args.seed * 7919 + epoch)  # identical draws on every rank
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(
+            (seed << 32) + (epoch << 16) + rank))
+        shared = random.Random((seed << 32) + epoch)  # identical draws on every rank
         for step in range(steps):
             idx = order[step * args.batch:(step + 1) * args.batch]
             loss = F.cross_entropy(net(x[idx]), y[idx])
@@ -97,17 +159,117 @@ def train(config, args, shard, test):
             if rank in shared.sample(range(size), args.k):
                 time.sleep(args.delay_ms / 1000.0)
             opt.step()
-        if config == "eager-solo":
-            opt.finish()  # flush what is carried: replicas identical again
-    dist.barrier()
-    elapsed = time.perf_counter() - start
-    acc = accuracy(model, *test)
-    extra = ""
-    if config == "eager-solo":
+            if step + 1 in evals:
+                if eager:
+                    opt.finish()  # flush what is carried: replicas identical again
+                dist.barrier()
+                trained += time.perf_counter() - start
+                curve.append((trained, accuracy(model, test, args.test_total)))
+                curve_epochs.append(epoch + (step + 1) / steps)
+                dist.barrier()
+                start = time.perf_counter()
+    row = dict(config=config, seed=seed, time_s=trained,
+               samples_per_s=steps * args.epochs * args.batch * size / trained,
+               final_accuracy=curve[-1][1], curve=curve, curve_epochs=curve_epochs)
+    if eager:
         s = opt.stats()
-        extra = (f"rounds {opt.version}, fresh {s['fresh_fraction']:.2f}, "
-                 f"staleness mean {s['mean_staleness']:.2f} max {s['max_staleness']}")
-    return elapsed, steps * args.epochs * args.batch * size / elapsed, acc, extra
+        row["stats"] = dict(s, rounds=opt.version)
+        row["extra"] = (f"rounds {opt.version}, fresh {s['fresh_fraction']:.2f}, staleness mean "
+                        f"{s['mean_staleness']:.2f} max {s['max_staleness']}, momentum mean "
+                        f"{s['mean_momentum']:.3f}, lr mean {s['mean_lr']:.4f}")
+    else:
+        row["extra"] = ""
+    return row
+
+
+def time_to(curve, target):
+    """First time the curve reaches target, linearly interpolated; None when it never does."""
+    for i, (t, a) in enumerate(curve):
+        if a >= target:
+            if i == 0:
+                return t
+            t0, a0 = curve[i - 1]
+            return t0 + (target - a0) / (a - a0) * (t - t0)
+    return None
+
+
+def accuracy_at(curve, when):
+    """The curve's accuracy at time `when`, linearly interpolated (held after its end)."""
+    for (t0, a0), (t1, a1) in zip(curve, curve[1:]):
+        if when <= t1:
+            return a0 if t1 == t0 else a0 + (when - t0) / (t1 - t0) * (a1 - a0)
+    return curve[-1][1]
+
+
+def score(rows, target_config):
+    """Adds time to the reference accuracy, speedup and accuracy at equal time to one seed's rows;
+    returns the reference accuracy and the equal time."""
+    ref = next(r for r in rows if r["config"] == target_config)
+    target = ref["final_accuracy"]
+    ref_tta = time_to(ref["curve"], target)
+    equal = min(r["time_s"] for r in rows)
+    for r in rows:
+        tta = time_to(r["curve"], target)
+        r["target_accuracy"] = target
+        r["time_to_accuracy_s"] = tta
+        if tta is None:
+            r["speedup"] = None
+        elif tta > 0:
+            r["speedup"] = ref_tta / tta
+        else:  # accurate enough before training: as fast as the reference, or infinitely faster
+            r["speedup"] = 1.0 if ref_tta == 0 else float("inf")
+        r["equal_time_s"] = equal
+        r["accuracy_at_equal_time"] = accuracy_at(r["curve"], equal)
+    return target, equal
+
+
+def print_seed(seed, rows, target, equal, target_config):
+    print(f"seed {seed}: reference accuracy {target:.4f} ({target_config} final), equal time "
+          f"{equal:.2f} s")
+    print(f"  {'configuration':<20} {'time s':>8} {'samples/s':>10} {'final acc':>9} "
+          f"{'tta s':>11} {'speedup':>8} {'acc@equal':>9}")
+    for r in rows:
+        tta = r["time_to_accuracy_s"]
+        tta_s = "not reached" if tta is None else f"{tta:.2f}"
+        sp = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        print(f"  {r['config']:<20} {r['time_s']:>8.2f} {r['samples_per_s']:>10.0f} "
+              f"{r['final_accuracy']:>9.4f} {tta_s:>11} {sp:>8} "
+              f"{r['accuracy_at_equal_time']:>9.4f}  {r['extra']}".rstrip(), flush=True)
+
+
+def spread(values, fmt):
+    if not values:
+        return "-"
+    return (f"{fmt.format(sum(values) / len(values))} "
+            f"[{fmt.format(min(values))}, {fmt.format(max(values))}]")
+
+
+def summarize(configs, all_rows):
+    summary = []
+    for c in configs:
+        rows = [r for r in all_rows if r["config"] == c]
+        speedups = [r["speedup"] for r in rows if r["speedup"] is not None]
+        summary.append(dict(
+            config=c, seeds=len(rows),
+            time_s=[r["time_s"] for r in rows],
+            final_accuracy=[r["final_accuracy"] for r in rows],
+            speedup=speedups, not_reached=len(rows) - len(speedups),
+            accuracy_at_equal_time=[r["accuracy_at_equal_time"] for r in rows]))
+    return summary
+
+
+def print_summary(summary):
+    n = summary[0]["seeds"]
+    print(f"over {n} seed(s): mean [min, max]")
+    print(f"  {'configuration':<20} {'time s':>22} {'final acc':>25} {'speedup':>22} "
+          f"{'acc@equal':>25}")
+    for s in summary:
+        sp = spread(s["speedup"], "{:.2f}")
+        if s["not_reached"]:
+            sp += f" ({s['not_reached']}/{s['seeds']} not reached)"
+        print(f"  {s['config']:<20} {spread(s['time_s'], '{:.2f}'):>22} "
+              f"{spread(s['final_accuracy'], '{:.4f}'):>25} {sp:>22} "
+              f"{spread(s['accuracy_at_equal_time'], '{:.4f}'):>25}", flush=True)
 
 
 def main():
@@ -118,39 +280,83 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch", type=int, default=32, help="per rank")
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--eager-momentum", type=float, default=0.7,
-                   help="cap on EagerSGD's momentum (staleness adds its own)")
+    p.add_argument("--momentum", type=float, default=0.9,
+                   help="for every configuration (EagerSGD lowers it for stale rounds)")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--staleness", choices=("momentum", "rate", "none"), default="momentum",
+                   help="EagerSGD's staleness rule")
+    p.add_argument("--patience", type=float, default=0.25,
+                   help="EagerSGD adaptive: steps a round waits for the others")
     p.add_argument("-k", type=int, default=1, help="ranks delayed per step")
     p.add_argument("--delay-ms", type=float, default=30.0, help="delay of each of them")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--configs", default="ddp-gloo,ddp-eagercomm,eager-solo")
+    p.add_argument("--seeds", default="1", help="comma-separated; every config runs per seed")
+    p.add_argument("--configs", default="ddp-gloo,ddp-eagercomm,eager-solo,eager-adaptive",
+                   help="ddp-gloo, ddp-eagercomm, eager-MODE (solo, majority, sync, adaptive, "
+                        "quorum:K)")
+    p.add_argument("--evals-per-epoch", type=int, default=2,
+                   help="test evaluations per epoch, equally spaced (plus one at time 0)")
+    p.add_argument("--target-config", default=None,
+                   help="whose final accuracy is the target (default: the first DDP config)")
+    p.add_argument("--json", default=None, help="write all results to this file (rank 0)")
     args = p.parse_args()
+    configs = parse_configs(args.configs)
+    seeds = parse_seeds(args.seeds)
+    if args.evals_per_epoch < 1:
+        raise SystemExit("--evals-per-epoch must be at least 1")
+    if args.epochs < 1:
+        raise SystemExit("--epochs must be at least 1")
+    target_config = args.target_config
+    if target_config is None:
+        target_config = next((c for c in configs if c.startswith("ddp-")), configs[0])
+    elif target_config not in configs:
+        raise SystemExit(f"--target-config {target_config} is not in --configs {args.configs}")
     torch.set_num_threads(1)  # one core per rank: ranks are processes
     dist.init_process_group("eagercomm", timeout=datetime.timedelta(seconds=120))
     rank, size = dist.get_rank(), dist.get_world_size()
     if not 0 <= args.k <= size:
         raise SystemExit(f"-k {args.k} must be in [0, {size}]")
+    for c in configs:
+        if c.startswith("eager-quorum:") and not 1 <= int(c.split(":")[1]) <= size:
+            raise SystemExit(f"--configs: {c}: the quorum must be in [1, {size}]")
+    gloo = dist.new_group(backend="gloo") if "ddp-gloo" in configs else None
     x, y = load(args.data_dir, "train")
     x, y = x[:args.train_samples], y[:args.train_samples]
     shard = (x[rank::size].contiguous(), y[rank::size].contiguous())
+    if len(shard[0]) < args.batch:
+        raise SystemExit(f"{len(shard[0])} training samples per rank: fewer than --batch "
+                         f"{args.batch}")
     tx, ty = load(args.data_dir, "test")
-    test = (tx[:args.test_samples], ty[:args.test_samples])
+    tx, ty = tx[:args.test_samples], ty[:args.test_samples]
+    args.test_total = len(tx)
+    test = (tx[rank::size].contiguous(), ty[rank::size].contiguous())  # scored in parallel
     if rank == 0:
         print(f"{size} ranks, {args.train_samples} training samples ({len(shard[0])} per rank), "
               f"batch {args.batch} per rank, {args.epochs} epoch(s), lr {args.lr}, momentum "
-              f"{args.momentum}; imbalance: {args.k} rank(s) sleep {args.delay_ms:g} ms per "
-              f"step", flush=True)
-    rows = []
-    for config in args.configs.split(","):
-        elapsed, throughput, acc, extra = train(config, args, shard, test)
-        rows.append((config, elapsed, throughput, acc, extra))
+              f"{args.momentum}, weight decay {args.weight_decay:g}; EagerSGD staleness "
+              f"{args.staleness}, patience {args.patience:g}; imbalance: {args.k} rank(s) sleep "
+              f"{args.delay_ms:g} ms per step; {args.evals_per_epoch} evaluation(s) per epoch on "
+              f"{args.test_total} test samples; seeds {','.join(map(str, seeds))}", flush=True)
+    all_rows, per_seed = [], []
+    for seed in seeds:
+        rows = []
+        for config in configs:
+            rows.append(train(config, seed, args, shard, test, gloo))
+            if rank == 0:
+                print(f"  done: seed {seed} {config}", flush=True)
+        target, equal = score(rows, target_config)
+        all_rows += rows
+        per_seed.append(dict(seed=seed, target_accuracy=target, equal_time_s=equal))
         if rank == 0:
-            print(f"  done: {config}", flush=True)
+            print_seed(seed, rows, target, equal, target_config)
+    summary = summarize(configs, all_rows)
     if rank == 0:
-        print(f"{'configuration':<15} {'time s':>8} {'samples/s':>10} {'test acc':>9}")
-        for config, elapsed, throughput, acc, extra in rows:
-            print(f"{config:<15} {elapsed:>8.2f} {throughput:>10.0f} {acc:>9.4f}  {extra}")
+        print_summary(summary)
+        if args.json:
+            settings = {k: v for k, v in vars(args).items() if k != "json"}
+            with open(args.json, "w") as f:
+                json.dump(dict(settings=settings, ranks=size, target_config=target_config,
+                               seeds=per_seed, runs=all_rows, summary=summary), f, indent=1)
+            print(f"wrote {args.json}")
     dist.barrier()
     dist.destroy_process_group()
 

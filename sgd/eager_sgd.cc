@@ -11,7 +11,45 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Rounds the running mean staleness averages over (an exponential average): long enough to be
+// steady, short enough to follow a change of imbalance within an epoch.
+constexpr double kStalenessWindow = 50.0;
+
+// A round's mean staleness: the mean age of the contributions that held data.
+double round_staleness(const RoundResult& r) {
+  double sum = 0;
+  int n = 0;
+  for (int q = 0; q < r.ranks(); ++q) {
+    const int a = r.age(q);
+    if (a < 0) continue;
+    sum += a;
+    ++n;
+  }
+  return n ? sum / n : 0.0;
+}
+
 }  // namespace
+
+std::string staleness_rule_name(StalenessRule rule) {
+  switch (rule) {
+    case StalenessRule::kNone:
+      return "none";
+    case StalenessRule::kMomentum:
+      return "momentum";
+    case StalenessRule::kRate:
+      return "rate";
+  }
+  return "?";
+}
+
+Result<StalenessRule> parse_staleness_rule(std::string_view text) {
+  if (text == "none") return StalenessRule::kNone;
+  if (text == "momentum") return StalenessRule::kMomentum;
+  if (text == "rate") return StalenessRule::kRate;
+  return make_status(StatusCode::kInvalidArgument,
+                     "unknown staleness rule '%.*s' (accepted: none, momentum, rate)",
+                     static_cast<int>(text.size()), text.data());
+}
 
 double SgdStats::fresh_fraction(int size) const {
   if (rounds_applied == 0 || size <= 0) return 0.0;
@@ -69,6 +107,11 @@ Result<std::unique_ptr<EagerSgd>> EagerSgd::create(Communicator& comm, float* pa
   } else if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
     local = make_status(StatusCode::kInvalidArgument,
                         "eager SGD: weight decay %g must be finite and >= 0", options.weight_decay);
+  } else if (options.staleness != StalenessRule::kNone &&
+             options.staleness != StalenessRule::kMomentum &&
+             options.staleness != StalenessRule::kRate) {
+    local = make_status(StatusCode::kInvalidArgument, "eager SGD: staleness rule %d is unknown",
+                        static_cast<int>(options.staleness));
   } else {
     local = options.lr.validate();
   }
@@ -89,9 +132,9 @@ Result<std::unique_ptr<EagerSgd>> EagerSgd::create(Communicator& comm, float* pa
   }
   EC_INFO(kSgd,
           "rank %d: eager SGD over %zu parameters, mode %s, lr %s, momentum %g, "
-          "weight decay %g",
+          "weight decay %g, staleness rule %s",
           comm.rank(), count, options.mode.name().c_str(), options.lr.describe().c_str(),
-          options.momentum, options.weight_decay);
+          options.momentum, options.weight_decay, staleness_rule_name(options.staleness).c_str());
   return std::unique_ptr<EagerSgd>(
       new EagerSgd(options, params, grads, count, comm.rank(), comm.size(), std::move(pa).value()));
 }
@@ -109,10 +152,26 @@ EagerSgd::EagerSgd(const SgdOptions& options, float* params, float* grads, size_
 
 EagerSgd::~EagerSgd() = default;
 
+double EagerSgd::current_momentum() const {
+  if (options_.staleness != StalenessRule::kMomentum) return options_.momentum;
+  return std::max(0.0, 1.0 - (1.0 - options_.momentum) * (1.0 + staleness_avg_));
+}
+
 void EagerSgd::apply(const RoundResult& result) {
   const auto start = Clock::now();
-  const float lr = static_cast<float>(options_.lr.at(result.round()));
-  const float mu = static_cast<float>(options_.momentum);
+  const double s = round_staleness(result);
+  double rate = options_.lr.at(result.round());
+  if (options_.staleness == StalenessRule::kMomentum) {
+    staleness_avg_ += (s - staleness_avg_) / kStalenessWindow;
+  } else if (options_.staleness == StalenessRule::kRate) {
+    rate /= 1.0 + s;
+  }
+  const double momentum = current_momentum();
+  stats_.momentum_sum += momentum;
+  stats_.lr_sum += rate;
+  stats_.staleness_sum += s;
+  const float lr = static_cast<float>(rate);
+  const float mu = static_cast<float>(momentum);
   const float wd = static_cast<float>(options_.weight_decay);
   std::span<const float> g = result.as<float>();
   float* p = params_;

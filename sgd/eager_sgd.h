@@ -18,7 +18,15 @@
 //
 // The update of round r, with g the round's sum (the mean of the fresh and carried gradients it
 // contains, each rank having divided by P) and PyTorch's conventions:
-//   d = g + weight_decay * p;   v = momentum * v + d;   p -= lr(r) * v
+//   d = g + weight_decay * p;   v = mu(r) * v + d;   p -= lr(r) * v
+// mu(r) is `momentum`, corrected for staleness by the default rule (StalenessRule): a gradient
+// computed s rounds ago acts as momentum of its own (Mitliagkas et al., "Asynchrony begets
+// momentum", 2016), so with s the running mean staleness of the applied rounds the explicit
+// momentum is lowered to keep the total where `momentum` puts it for fresh gradients:
+//   1 - mu(r) = (1 - momentum) (1 + s).
+// Fresh rounds keep `momentum` exactly; solo rounds under a straggler, whose contributions are
+// about one round old on average, get about 0.8 out of 0.9 (sgd/EXPERIMENTS.md). s comes from
+// the round metadata, identical on every rank.
 //
 // Threading: one application thread per object; the communicator's progress thread takes part
 // in rounds while the application computes.
@@ -28,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -41,12 +50,24 @@ namespace eagercomm::sgd {
 // GPU transport (issue #6) and are refused with kNotSupported until then.
 enum class MemoryKind : uint8_t { kHost = 0, kCuda = 1 };
 
+// How a round's update accounts for the staleness of the gradients it carries.
+enum class StalenessRule : uint8_t {
+  kNone = 0,      // momentum and rate as configured, whatever the staleness
+  kMomentum = 1,  // 1 - mu(r) = (1 - momentum)(1 + s), s the running mean staleness (default)
+  kRate = 2,      // lr(r) / (1 + s_r), s_r the round's own mean staleness (Zhang et al. 2016,
+                  // "Staleness-aware Async-SGD", applied per round to the summed gradient)
+};
+// "none", "momentum", "rate".
+std::string staleness_rule_name(StalenessRule rule);
+Result<StalenessRule> parse_staleness_rule(std::string_view text);
+
 struct SgdOptions {
   PartialMode mode = PartialMode::solo();
   PartialOptions partial;  // late policy, sync_every, seed, result_depth
   LrSchedule lr;
   double momentum = 0.9;      // [0, 1)
   double weight_decay = 0.0;  // >= 0
+  StalenessRule staleness = StalenessRule::kMomentum;
   // Rank 0's parameters are broadcast at create() so that every replica starts identical.
   bool broadcast_initial = true;
   // How long step() waits for a round before giving up (0: EAGERCOMM_TIMEOUT). finish() always
@@ -67,11 +88,20 @@ struct SgdStats {
   std::chrono::nanoseconds computing{0};  // between step() calls (the application's work)
   std::chrono::nanoseconds waiting{0};    // blocked inside step() / finish() for rounds
   std::chrono::nanoseconds applying{0};   // applying results
+  double momentum_sum = 0;                // sum over applied rounds of the momentum in force
+  double lr_sum = 0;                      // sum over applied rounds of the rate in force
+  double staleness_sum = 0;               // sum over applied rounds of their mean staleness
 
   // Mean fraction of ranks that were fresh in the applied rounds.
   double fresh_fraction(int size) const;
   // Mean and max of the per-round oldest staleness.
   double mean_staleness() const;
+  // Means over applied rounds: momentum and rate in force, staleness of the contributions.
+  double mean_momentum() const { return rounds_applied ? momentum_sum / rounds_applied : 0; }
+  double mean_lr() const { return rounds_applied ? lr_sum / rounds_applied : 0; }
+  double mean_contribution_staleness() const {
+    return rounds_applied ? staleness_sum / rounds_applied : 0;
+  }
   int max_staleness() const;
 };
 
@@ -96,6 +126,8 @@ class EagerSgd {
   // Rounds applied so far (the model version): identical on every rank after finish().
   uint64_t version() const { return stats_.rounds_applied; }
   double current_lr() const { return options_.lr.at(stats_.rounds_applied); }
+  // The momentum the next round is applied with (after the staleness rule).
+  double current_momentum() const;
   const SgdOptions& options() const { return options_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -118,7 +150,8 @@ class EagerSgd {
   SgdStats stats_;
   std::chrono::steady_clock::time_point last_return_;
   bool returned_once_ = false;
-  uint64_t late_seen_ = 0;  // PartialStats late + dropped posts after the previous post
+  uint64_t late_seen_ = 0;    // PartialStats late + dropped posts after the previous post
+  double staleness_avg_ = 0;  // running mean staleness of the applied rounds (kMomentum)
 };
 
 }  // namespace eagercomm::sgd

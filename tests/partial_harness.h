@@ -36,6 +36,7 @@ struct Received {
   std::vector<float> data;
   std::vector<int> fresh;  // per rank 0/1
   std::vector<int> age;    // per rank, -1 none
+  std::vector<int> posts;  // per rank: posts folded into its contribution
   int fresh_count;
   int max_age;
 };
@@ -63,6 +64,7 @@ inline Received copy_result(const RoundResult& r, int P) {
   for (int q = 0; q < P; ++q) {
     out.fresh.push_back(r.fresh(q) ? 1 : 0);
     out.age.push_back(r.age(q));
+    out.posts.push_back(r.posts(q));
   }
   out.fresh_count = r.fresh_count();
   out.max_age = r.max_age();

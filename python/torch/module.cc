@@ -253,6 +253,8 @@ py::dict sgd_stats(const sgd::EagerSgd& o) {
   d["fresh_fraction"] = s.fresh_fraction(o.size());
   d["mean_staleness"] = s.mean_staleness();
   d["max_staleness"] = s.max_staleness();
+  d["mean_momentum"] = s.mean_momentum();
+  d["mean_lr"] = s.mean_lr();
   d["computing_s"] = Seconds(s.computing).count();
   d["waiting_s"] = Seconds(s.waiting).count();
   d["applying_s"] = Seconds(s.applying).count();
@@ -323,42 +325,54 @@ PYBIND11_MODULE(_torch, m) {
                              [](const ProcessGroupEagercomm& pg) { return pg.timeout().count(); });
 
   py::class_<EagerSgdHandle>(m, "_EagerSgd")
-      .def(
-          py::init([](std::shared_ptr<Communicator> comm, at::Tensor params, at::Tensor grads,
-                      const std::string& mode, double lr, double momentum, double weight_decay,
-                      uint64_t warmup_rounds, double warmup_start, std::vector<uint64_t> milestones,
-                      double gamma, const std::string& late, uint32_t sync_every, uint64_t seed,
-                      uint32_t result_depth, double timeout_s, bool broadcast_initial) {
-            if (!comm) throw py::value_error("EagerSGD: no communicator");
-            check_flat(params, "EagerSGD", "the parameter buffer");
-            check_flat(grads, "EagerSGD", "the gradient buffer");
-            if (params.numel() != grads.numel()) {
-              throw py::value_error("EagerSGD: parameter and gradient buffers differ in size");
-            }
-            sgd::SgdOptions o;
-            o.mode = mode_of(mode, "EagerSGD");
-            o.partial = partial_options(late, sync_every, seed, result_depth, "EagerSGD");
-            o.lr.base = lr;
-            o.lr.warmup_rounds = warmup_rounds;
-            o.lr.warmup_start = warmup_start;
-            o.lr.milestones = std::move(milestones);
-            o.lr.gamma = gamma;
-            o.momentum = momentum;
-            o.weight_decay = weight_decay;
-            o.broadcast_initial = broadcast_initial;
-            o.timeout = to_timeout(timeout_s, "EagerSGD");
-            py::gil_scoped_release nogil;  // create() is collective
-            return std::make_unique<EagerSgdHandle>(std::move(comm), params, grads, o);
-          }),
-          py::arg("comm"), py::arg("params"), py::arg("grads"), py::arg("mode"), py::arg("lr"),
-          py::arg("momentum"), py::arg("weight_decay"), py::arg("warmup_rounds"),
-          py::arg("warmup_start"), py::arg("milestones"), py::arg("gamma"), py::arg("late"),
-          py::arg("sync_every"), py::arg("seed"), py::arg("result_depth"), py::arg("timeout_s"),
-          py::arg("broadcast_initial"))
+      .def(py::init([](std::shared_ptr<Communicator> comm, at::Tensor params, at::Tensor grads,
+                       const std::string& mode, double lr, double momentum, double weight_decay,
+                       uint64_t warmup_rounds, double warmup_start,
+                       std::vector<uint64_t> milestones, double gamma, const std::string& late,
+                       uint32_t sync_every, uint64_t seed, uint32_t result_depth, double timeout_s,
+                       bool broadcast_initial, const std::string& staleness, double patience) {
+             if (!comm) throw py::value_error("EagerSGD: no communicator");
+             check_flat(params, "EagerSGD", "the parameter buffer");
+             check_flat(grads, "EagerSGD", "the gradient buffer");
+             if (params.numel() != grads.numel()) {
+               throw py::value_error("EagerSGD: parameter and gradient buffers differ in size");
+             }
+             sgd::SgdOptions o;
+             o.mode = mode_of(mode, "EagerSGD");
+             o.partial = partial_options(late, sync_every, seed, result_depth, "EagerSGD");
+             o.lr.base = lr;
+             o.lr.warmup_rounds = warmup_rounds;
+             o.lr.warmup_start = warmup_start;
+             o.lr.milestones = std::move(milestones);
+             o.lr.gamma = gamma;
+             o.momentum = momentum;
+             o.weight_decay = weight_decay;
+             Result<sgd::StalenessRule> rule = sgd::parse_staleness_rule(staleness);
+             if (!rule.ok()) throw py::value_error("EagerSGD: " + rule.status().message());
+             o.staleness = rule.value();
+             if (!(patience >= 0 && patience <= PartialOptions::kMaxPatience)) {
+               throw py::value_error("EagerSGD: patience " + std::to_string(patience) +
+                                     " is not in [0, " +
+                                     std::to_string(PartialOptions::kMaxPatience) + "]");
+             }
+             o.partial.patience = patience;
+             o.broadcast_initial = broadcast_initial;
+             o.timeout = to_timeout(timeout_s, "EagerSGD");
+             py::gil_scoped_release nogil;  // create() is collective
+             return std::make_unique<EagerSgdHandle>(std::move(comm), params, grads, o);
+           }),
+           py::arg("comm"), py::arg("params"), py::arg("grads"), py::arg("mode"), py::arg("lr"),
+           py::arg("momentum"), py::arg("weight_decay"), py::arg("warmup_rounds"),
+           py::arg("warmup_start"), py::arg("milestones"), py::arg("gamma"), py::arg("late"),
+           py::arg("sync_every"), py::arg("seed"), py::arg("result_depth"), py::arg("timeout_s"),
+           py::arg("broadcast_initial"), py::arg("staleness") = "momentum",
+           py::arg("patience") = PartialOptions{}.patience)
       .def("step", &EagerSgdHandle::step, py::call_guard<py::gil_scoped_release>())
       .def("finish", &EagerSgdHandle::finish, py::call_guard<py::gil_scoped_release>())
       .def("stats", [](const EagerSgdHandle& h) { return sgd_stats(h.opt()); })
       .def_property_readonly("version", [](const EagerSgdHandle& h) { return h.opt().version(); })
+      .def_property_readonly("current_momentum",
+                             [](const EagerSgdHandle& h) { return h.opt().current_momentum(); })
       .def_property_readonly("current_lr",
                              [](const EagerSgdHandle& h) { return h.opt().current_lr(); })
       .def_property_readonly("mode",

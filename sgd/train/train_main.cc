@@ -1,7 +1,7 @@
 // eagercomm-train: data-parallel training with eager SGD (see sgd/EXPERIMENTS.md).
 //
-//   eagercomm-run -n 4 eagercomm-train --model cnn --mode sync,solo,majority --epochs 2
-//                  --imbalance 1:20 --curve curve.csv
+//   eagercomm-run -n 4 eagercomm-train --model cnn --mode sync,solo,majority,adaptive --epochs 2
+//                  --imbalance 1:20 --seeds 1,2,3 --evals-per-epoch 2 --curve curve.csv
 #include <torch/torch.h>
 
 #include <cstdio>

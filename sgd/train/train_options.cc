@@ -1,7 +1,9 @@
 #include "sgd/train/train_options.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -11,9 +13,22 @@
 namespace eagercomm::sgd {
 namespace {
 
-Status bad(const std::string& option, const std::string& value, const char* why) {
+Status bad(const std::string& option, const std::string& value, const std::string& why) {
   return make_status(StatusCode::kInvalidArgument, "eagercomm-train: %s '%s': %s", option.c_str(),
-                     value.c_str(), why);
+                     value.c_str(), why.c_str());
+}
+
+// The comma-separated items of `value` ("" is one empty item).
+std::vector<std::string> split_commas(const std::string& value) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= value.size()) {
+    size_t end = value.find(',', at);
+    if (end == std::string::npos) end = value.size();
+    out.push_back(value.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
 }
 
 Result<int64_t> to_int(const std::string& option, const std::string& value, int64_t lo,
@@ -48,16 +63,41 @@ Result<double> to_double(const std::string& option, const std::string& value, do
 
 Result<std::vector<PartialMode>> to_modes(const std::string& option, const std::string& value) {
   std::vector<PartialMode> out;
-  size_t at = 0;
-  while (at <= value.size()) {
-    size_t end = value.find(',', at);
-    if (end == std::string::npos) end = value.size();
-    Result<PartialMode> m = parse_partial_mode(value.substr(at, end - at));
+  for (const std::string& item : split_commas(value)) {
+    Result<PartialMode> m = parse_partial_mode(item);
     if (!m.ok()) {
-      return bad(option, value, "modes are sync, solo, majority, quorum:K (comma-separated)");
+      return bad(option, value,
+                 "modes are sync, solo, majority, quorum:K and adaptive (comma-separated)");
+    }
+    // The report aggregates the runs of a mode over the seeds: a mode listed twice would merge.
+    for (const PartialMode& seen : out) {
+      if (seen.name() == m.value().name()) {
+        return bad(option, value, "mode " + seen.name() + " is listed twice");
+      }
     }
     out.push_back(m.value());
-    at = end + 1;
+  }
+  return out;
+}
+
+Result<std::vector<uint64_t>> to_seeds(const std::string& option, const std::string& value) {
+  if (value.empty()) return bad(option, value, "expected seeds, comma-separated (e.g. 1,2,3)");
+  std::vector<uint64_t> out;
+  for (const std::string& item : split_commas(value)) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
+    // strtoull accepts a sign ("-1" wraps around): digits only.
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || errno != 0 ||
+        *end != '\0' || v > static_cast<unsigned long long>(INT64_MAX)) {
+      return bad(option, value,
+                 "'" + item + "' is not a seed (an integer in [0, " + std::to_string(INT64_MAX) +
+                     "]; seeds are comma-separated)");
+    }
+    if (std::find(out.begin(), out.end(), v) != out.end()) {
+      return bad(option, value, "seed " + item + " is listed twice");
+    }
+    out.push_back(v);
   }
   return out;
 }
@@ -67,17 +107,25 @@ Result<std::vector<PartialMode>> to_modes(const std::string& option, const std::
 std::string train_usage() {
   return R"(usage: eagercomm-train [options]     (start with eagercomm-run -n P, mpirun or torchrun)
   --model M          cnn | resnet20 (Fashion-MNIST) | lstm (variable-length sequences) [cnn]
-  --mode LIST        sync,solo,majority,quorum:K, trained one after the other [solo]
+  --mode LIST        sync,solo,majority,quorum:K,adaptive, trained one after the other [solo]
   --epochs N         epochs per mode [1]
+  --eager-epochs N   epochs of the eager modes, to measure time to sync's accuracy when they
+                     need more; accuracy at equal epochs is read after --epochs [--epochs]
+  --stop-at-target   eager modes stop once past --epochs at sync's accuracy (sync first)
   --batch B          samples per rank and step [64]
   --lr X             base learning rate [0.05]
   --momentum X       [0.9]           --weight-decay X   [5e-4]
-  --eager-momentum X momentum of solo, majority and quorum [0.7, at most --momentum]
+  --eager-momentum X momentum of the eager modes [--momentum]
+  --staleness R      none | momentum | rate: how rounds correct for stale gradients [momentum]
+  --patience X       adaptive: steps a round waits for the other ranks [0.25, at most 10]
   --warmup N         linear warm-up over N rounds [0]
   --milestones R,..  multiply the rate by --gamma at these rounds []   --gamma X [0.1]
   --sync-every N     every N-th round synchronous [0: never]
   --imbalance K:D    each step K ranks, drawn by a shared PRNG, sleep D ms [none]
-  --seed S           model initialisation, shuffling, imbalance draws [1]
+  --imbalance linear:D  rank r sleeps r * D ms every step
+  --seed S           model initialisation, shuffling, imbalance draws; the lstm data [1]
+  --seeds S,..       train every mode once per seed, report the spread [--seed]
+  --evals-per-epoch K  test evaluations per epoch, equally spaced, the last at its end [1]
   --train-limit N    use the first N training samples [all]
   --test-limit N     evaluate on the first N test samples [all]
   --data DIR         Fashion-MNIST directory [Debian's dataset-fashion-mnist]
@@ -85,6 +133,9 @@ std::string train_usage() {
   --log-every N      progress line on rank 0 every N steps [50; 0: none]
   --json FILE        write the report as JSON (- for standard output)
   --curve FILE       write test accuracy against wall-clock time as CSV (for plotting)
+The table compares modes by time to accuracy: for each seed the target is its sync run's final
+accuracy (when sync is among the modes); it also compares their accuracy at the training time of
+the seed's shortest run (interpolated between evaluations). Training time excludes evaluation.
 )";
 }
 
@@ -126,6 +177,8 @@ Result<TrainOptions> parse_train_options(int argc, char** argv) {
          return Status::Ok();
        }},
       {"--epochs", integer(&o.epochs, 1, 100000)},
+      {"--eager-epochs", integer(&o.eager_epochs, 1, 100000)},
+
       {"--batch", integer(&o.batch, 1, 1 << 20)},
       {"--lr", real(&o.lr, 1e-12, 1e6)},
       {"--momentum", real(&o.momentum, 0.0, 0.999999)},
@@ -142,13 +195,36 @@ Result<TrainOptions> parse_train_options(int argc, char** argv) {
       {"--imbalance",
        [&o](const std::string& opt, const std::string& v) -> Status {
          const size_t colon = v.find(':');
-         if (colon == std::string::npos) return bad(opt, v, "expected K:D (ranks:milliseconds)");
+         if (colon == std::string::npos) {
+           return bad(opt, v, "expected K:D (ranks:milliseconds) or linear:D");
+         }
+         if (v.substr(0, colon) == "linear") {
+           EC_ASSIGN_OR_RETURN(o.imbalance_ms, to_double(opt, v.substr(colon + 1), 0.0, 1e6));
+           o.imbalance_linear = true;
+           o.imbalance_k = 0;
+           return Status::Ok();
+         }
+         o.imbalance_linear = false;
          EC_ASSIGN_OR_RETURN(int64_t k, to_int(opt, v.substr(0, colon), 0, 1 << 20));
          EC_ASSIGN_OR_RETURN(o.imbalance_ms, to_double(opt, v.substr(colon + 1), 0.0, 1e6));
          o.imbalance_k = static_cast<int>(k);
          return Status::Ok();
        }},
       {"--seed", integer(&o.seed, 0, INT64_MAX)},
+      {"--seeds",
+       [&o](const std::string& opt, const std::string& v) -> Status {
+         EC_ASSIGN_OR_RETURN(o.seeds, to_seeds(opt, v));
+         return Status::Ok();
+       }},
+      {"--evals-per-epoch", integer(&o.evals_per_epoch, 1, 1 << 20)},
+      {"--staleness",
+       [&o](const std::string& opt, const std::string& v) -> Status {
+         Result<StalenessRule> rule = parse_staleness_rule(v);
+         if (!rule.ok()) return bad(opt, v, "rules are none, momentum and rate");
+         o.staleness = rule.value();
+         return Status::Ok();
+       }},
+      {"--patience", real(&o.patience, 0.0, PartialOptions::kMaxPatience)},
       {"--json", text(&o.json)},
       {"--curve", text(&o.curve)},
       {"--data", text(&o.data_dir)},
@@ -161,6 +237,10 @@ Result<TrainOptions> parse_train_options(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
       o.help = true;
+      continue;
+    }
+    if (arg == "--stop-at-target") {  // a flag: takes no value
+      o.stop_at_target = true;
       continue;
     }
     std::string value;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "sgd/torch/flat_parameters.h"
 #include "sgd/torch/local_trainer.h"
 #include "sgd/torch/models.h"
+#include "sgd/train/metrics.h"
 
 namespace eagercomm::sgd {
 namespace {
@@ -40,7 +42,7 @@ Result<TaskData> load_task(const TrainOptions& o) {
   if (o.model == "lstm") {
     d.sequences = true;
     SequenceTaskOptions so;
-    so.seed = o.seed;
+    so.seed = o.seed;  // the data set stays the same over --seeds
     EC_ASSIGN_OR_RETURN(SequenceTask task, make_sequence_task(so));
     d.task.emplace(std::move(task));
     d.n_train = o.train_limit ? o.train_limit : 8192;
@@ -119,11 +121,23 @@ Result<double> evaluate_all(Communicator& comm, Model& model, const TaskData& d)
   return counts[1] ? static_cast<double>(counts[0]) / static_cast<double>(counts[1]) : 0.0;
 }
 
+// BatchNorm running statistics were gathered on each rank's own batches: averaging them makes
+// the replicas evaluate (and continue) identically.
+Status average_stats(Communicator& comm, FlatParameters& flat) {
+  if (flat.stats_count() == 0) return Status::Ok();
+  EC_RETURN_IF_ERROR(comm.allreduce(flat.stats(), flat.stats(), flat.stats_count(),
+                                    DataType::kFloat32, ReduceOp::kSum));
+  const float scale = 1.0f / static_cast<float>(comm.size());
+  for (size_t i = 0; i < flat.stats_count(); ++i) flat.stats()[i] *= scale;
+  return Status::Ok();
+}
+
+// `target`: stop once past o.epochs at an evaluation that reaches it (--stop-at-target).
 Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, PartialMode mode,
-                              const TaskData& d) {
+                              uint64_t seed, const TaskData& d, std::optional<double> target) {
   const int P = comm.size(), rank = comm.rank();
   ModelOptions mo;
-  mo.seed = static_cast<int64_t>(o.seed & 0x7fffffffffffffffull);
+  mo.seed = static_cast<int64_t>(seed & 0x7fffffffffffffffull);
   if (d.sequences) {
     mo.input_dim = static_cast<int>(d.task->options().dim);
     mo.num_classes = d.task->options().classes;
@@ -133,15 +147,17 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
 
   SgdOptions so;
   so.mode = mode;
-  so.partial.seed = o.seed;
+  so.partial.seed = seed;
   so.partial.sync_every = o.sync_every;
   so.partial.result_depth = 8;
+  so.partial.patience = o.patience;
   so.lr.base = o.lr;
   so.lr.warmup_rounds = o.warmup_rounds;
   so.lr.milestones = o.milestones;
   so.lr.gamma = o.gamma;
   so.momentum = mode.kind == PartialKind::kSync ? o.momentum : o.eager_momentum_in_force();
   so.weight_decay = o.weight_decay;
+  so.staleness = o.staleness;
   EC_ASSIGN_OR_RETURN(
       std::unique_ptr<EagerSgd> opt,
       EagerSgd::create(comm, flat.params(), flat.grads(), flat.count(), MemoryKind::kHost, so));
@@ -154,75 +170,122 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
                        "of %d",
                        d.n_train, P, o.batch);
   }
+  const size_t evals = static_cast<size_t>(o.evals_per_epoch);
+  if (evals > steps) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "eagercomm-train: --evals-per-epoch %d exceeds the %zu steps per epoch",
+                       o.evals_per_epoch, steps);
+  }
+  // Evaluation k of an epoch follows step ends[k] - 1; the last one ends the epoch.
+  std::vector<size_t> ends(evals);
+  for (size_t k = 0; k < evals; ++k) ends[k] = (k + 1) * steps / evals;
+
   ModeReport report;
   report.mode = mode.name();
+  report.seed = seed;
+  char tag[64];
+  std::snprintf(tag, sizeof(tag), "%s seed %llu", report.mode.c_str(),
+                static_cast<unsigned long long>(seed));
   std::vector<float> scratch;
   std::vector<int64_t> labels;
   double trained = 0;  // seconds, evaluation excluded
-  EC_RETURN_IF_ERROR(comm.barrier());
-  for (int epoch = 0; epoch < o.epochs; ++epoch) {
-    const auto start = Clock::now();
-    const std::vector<size_t> shard = epoch_shard(d.n_train, rank, P, o.seed, epoch);
-    double loss_sum = 0, window = 0;
-    for (size_t s = 0; s < steps; ++s) {
-      std::span<const size_t> idx(shard.data() + s * o.batch, o.batch);
-      EC_ASSIGN_OR_RETURN(Batch b, make_batch(d, false, idx, scratch, labels));
-      Result<float> loss = d.sequences ? forward_backward(model, b.input, b.lengths, b.labels)
-                                       : forward_backward(model, b.input, b.labels);
-      if (!loss.ok()) return loss.status();
-      loss_sum += loss.value();
-      window += loss.value();
-      if (o.imbalance_k > 0 && o.imbalance_ms > 0) {
-        const std::vector<int> slow =
-            delayed_ranks(o.seed, static_cast<uint64_t>(epoch) * steps + s, P, o.imbalance_k);
-        if (std::find(slow.begin(), slow.end(), rank) != slow.end()) {
-          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.imbalance_ms));
-        }
-      }
-      EC_RETURN_IF_ERROR(opt->step());
-      if (rank == 0 && o.log_every > 0 && (s + 1) % o.log_every == 0) {
-        const double t = trained + seconds_since(start);
-        const double done = static_cast<double>(epoch * steps + s + 1);
-        std::printf("[%s] epoch %d/%d step %zu/%zu loss %.4f samples/s %.0f\n", report.mode.c_str(),
-                    epoch + 1, o.epochs, s + 1, steps, window / o.log_every,
-                    done * o.batch * P / t);
-        std::fflush(stdout);
-        window = 0;
-      }
-    }
-    EC_RETURN_IF_ERROR(opt->finish());
-    trained += seconds_since(start);
-    // BatchNorm running statistics were gathered on each rank's own batches: average them so
-    // that the replicas evaluate (and continue) identically.
-    if (flat.stats_count() > 0) {
-      EC_RETURN_IF_ERROR(comm.allreduce(flat.stats(), flat.stats(), flat.stats_count(),
-                                        DataType::kFloat32, ReduceOp::kSum));
-      const float scale = 1.0f / static_cast<float>(P);
-      for (size_t i = 0; i < flat.stats_count(); ++i) flat.stats()[i] *= scale;
-    }
+  // Evaluates and appends a curve point at `trained` seconds, all ranks agreeing on the time.
+  auto record = [&](double epoch, uint64_t step, double loss) -> Status {
     EC_ASSIGN_OR_RETURN(double accuracy, evaluate_all(comm, model, d));
     double slowest = trained;
     EC_RETURN_IF_ERROR(comm.allreduce(&slowest, &slowest, 1, DataType::kFloat64, ReduceOp::kMax));
-    report.curve.push_back({epoch + 1, slowest, accuracy, loss_sum / static_cast<double>(steps)});
+    report.curve.push_back({epoch, step, slowest, accuracy, loss});
+    return Status::Ok();
+  };
+  // Time 0: every curve starts at the initial model (create() made the replicas identical).
+  EC_RETURN_IF_ERROR(record(0.0, 0, std::nan("")));
+  EC_RETURN_IF_ERROR(comm.barrier());
+  double epoch_loss = 0;
+  const int epochs = o.epochs_for(mode);
+  bool stop = false;
+  for (int epoch = 0; epoch < epochs && !stop; ++epoch) {
+    const std::vector<size_t> shard = epoch_shard(d.n_train, rank, P, seed, epoch);
+    epoch_loss = 0;
+    size_t s = 0;
+    for (size_t k = 0; k < evals; ++k) {
+      const auto start = Clock::now();
+      double segment_loss = 0, window = 0;
+      const size_t first = s;
+      for (; s < ends[k]; ++s) {
+        std::span<const size_t> idx(shard.data() + s * o.batch, o.batch);
+        EC_ASSIGN_OR_RETURN(Batch b, make_batch(d, false, idx, scratch, labels));
+        Result<float> loss = d.sequences ? forward_backward(model, b.input, b.lengths, b.labels)
+                                         : forward_backward(model, b.input, b.labels);
+        if (!loss.ok()) return loss.status();
+        segment_loss += loss.value();
+        window += loss.value();
+        if (o.imbalance_linear && o.imbalance_ms > 0 && rank > 0) {
+          std::this_thread::sleep_for(
+              std::chrono::duration<double, std::milli>(o.imbalance_ms * rank));
+        } else if (o.imbalance_k > 0 && o.imbalance_ms > 0) {
+          const std::vector<int> slow =
+              delayed_ranks(seed, static_cast<uint64_t>(epoch) * steps + s, P, o.imbalance_k);
+          if (std::find(slow.begin(), slow.end(), rank) != slow.end()) {
+            std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.imbalance_ms));
+          }
+        }
+        EC_RETURN_IF_ERROR(opt->step());
+        if (rank == 0 && o.log_every > 0 && (s + 1) % o.log_every == 0) {
+          const double t = trained + seconds_since(start);
+          const double done = static_cast<double>(epoch * steps + s + 1);
+          std::printf("[%s] epoch %d/%d step %zu/%zu loss %.4f samples/s %.0f\n", tag, epoch + 1,
+                      epochs, s + 1, steps, window / o.log_every, done * o.batch * P / t);
+          std::fflush(stdout);
+          window = 0;
+        }
+      }
+      // The flush makes every replica identical for the evaluation; it is part of training
+      // (an eager run pays for it), the evaluation is not.
+      EC_RETURN_IF_ERROR(opt->finish());
+      trained += seconds_since(start);
+      EC_RETURN_IF_ERROR(average_stats(comm, flat));
+      epoch_loss += segment_loss;
+      const uint64_t done = static_cast<uint64_t>(epoch) * steps + s;
+      EC_RETURN_IF_ERROR(record(static_cast<double>(done) / static_cast<double>(steps), done,
+                                segment_loss / static_cast<double>(s - first)));
+      // Every rank sees the same accuracy (evaluate_all sums the counts), so all stop together.
+      if (k + 1 == evals && epoch + 1 >= o.epochs && target &&
+          report.curve.back().accuracy >= *target) {
+        stop = true;
+      }
+    }
+    if (epoch + 1 == o.epochs) {
+      report.accuracy = report.curve.back().accuracy;
+      report.equal_epoch_seconds = report.curve.back().seconds;
+    }
     if (rank == 0 && o.log_every > 0) {
-      std::printf("[%s] epoch %d/%d done: %.1f s, loss %.4f, test accuracy %.2f%%\n",
-                  report.mode.c_str(), epoch + 1, o.epochs, slowest,
-                  loss_sum / static_cast<double>(steps), 100.0 * accuracy);
+      std::printf("[%s] epoch %d/%d done: %.1f s, loss %.4f, test accuracy %.2f%%\n", tag,
+                  epoch + 1, epochs, report.curve.back().seconds,
+                  epoch_loss / static_cast<double>(steps), 100.0 * report.curve.back().accuracy);
       std::fflush(stdout);
     }
   }
   const SgdStats& st = opt->stats();
   report.seconds = report.curve.back().seconds;
-  report.samples_per_s = static_cast<double>(steps * o.epochs * o.batch * P) / report.seconds;
-  report.accuracy = report.curve.back().accuracy;
-  report.loss = report.curve.back().loss;
+  const double steps_done = static_cast<double>(report.curve.back().step);
+  report.samples_per_s = steps_done * o.batch * P / report.seconds;
+  report.final_accuracy = report.curve.back().accuracy;
+  report.loss = epoch_loss / static_cast<double>(steps);
   report.fresh_fraction = st.fresh_fraction(P);
   report.mean_staleness = st.mean_staleness();
   report.max_staleness = st.max_staleness();
   report.rounds = st.rounds_applied;
   report.steps = st.steps;
   report.waiting_s = std::chrono::duration<double>(st.waiting).count();
+  report.mean_momentum = st.mean_momentum();
   return report;
+}
+
+std::vector<CurvePoint> curve_points(const ModeReport& r) {
+  std::vector<CurvePoint> out;
+  out.reserve(r.curve.size());
+  for (const EpochPoint& p : r.curve) out.push_back({p.seconds, p.accuracy});
+  return out;
 }
 
 }  // namespace
@@ -253,40 +316,205 @@ Result<std::vector<ModeReport>> train(Communicator& comm, const TrainOptions& op
                        static_cast<long long>(failed));
   }
   std::vector<ModeReport> out;
-  for (PartialMode mode : options.modes) {
-    EC_ASSIGN_OR_RETURN(ModeReport r, train_mode(comm, options, mode, data.value()));
-    out.push_back(std::move(r));
+  for (uint64_t seed : options.seeds_in_force()) {
+    std::optional<double> target;  // this seed's sync accuracy, once sync has run
+    for (PartialMode mode : options.modes) {
+      EC_ASSIGN_OR_RETURN(
+          ModeReport r,
+          train_mode(
+              comm, options, mode, seed, data.value(),
+              options.stop_at_target && mode.kind != PartialKind::kSync ? target : std::nullopt));
+      if (mode.kind == PartialKind::kSync && !target) target = r.accuracy;
+      out.push_back(std::move(r));
+    }
+  }
+  compare_runs(out);
+  return out;
+}
+
+void compare_runs(std::vector<ModeReport>& reports) {
+  for (ModeReport& r : reports) {
+    const ModeReport* sync = nullptr;
+    double shortest = r.seconds;
+    for (const ModeReport& other : reports) {
+      if (other.seed != r.seed) continue;
+      if (!sync && other.mode == "sync") sync = &other;
+      shortest = std::min(shortest, other.seconds);
+    }
+    const std::vector<CurvePoint> curve = curve_points(r);
+    r.equal_time = shortest;
+    r.accuracy_at_equal_time = accuracy_at(curve, shortest).value_or(r.accuracy);
+    r.epoch_speedup.reset();
+    r.target_accuracy.reset();
+    r.time_to_sync_accuracy.reset();
+    r.tta_speedup.reset();
+    if (!sync) continue;
+    r.epoch_speedup = speedup(sync->seconds, r.equal_epoch_seconds);
+    r.target_accuracy = sync->accuracy;
+    r.time_to_sync_accuracy = time_to_accuracy(curve, sync->accuracy);
+    const std::optional<double> sync_time = time_to_accuracy(curve_points(*sync), sync->accuracy);
+    r.tta_speedup =
+        &r == sync ? std::optional<double>(1.0) : speedup(sync_time, r.time_to_sync_accuracy);
+  }
+}
+
+namespace {
+
+// One mode's runs over the seeds: what the table prints and the JSON summary holds.
+struct ModeSummary {
+  std::string mode;
+  std::vector<uint64_t> seeds;
+  bool compared = false;  // a sync run gave a target
+  Spread seconds, samples_per_s, epoch_speedup, accuracy, time_to_sync_accuracy, tta_speedup,
+      accuracy_at_equal_time, fresh_fraction, mean_staleness, rounds, mean_momentum;
+  int max_staleness = 0;
+};
+
+// In the order the modes first appear (the --mode order).
+std::vector<ModeSummary> summarize(const std::vector<ModeReport>& reports) {
+  std::vector<std::string> order;
+  for (const ModeReport& r : reports) {
+    if (std::find(order.begin(), order.end(), r.mode) == order.end()) order.push_back(r.mode);
+  }
+  std::vector<ModeSummary> out;
+  for (const std::string& mode : order) {
+    ModeSummary m;
+    m.mode = mode;
+    std::vector<std::optional<double>> v[11];
+    for (const ModeReport& r : reports) {
+      if (r.mode != mode) continue;
+      m.seeds.push_back(r.seed);
+      m.compared = m.compared || r.target_accuracy.has_value();
+      m.max_staleness = std::max(m.max_staleness, r.max_staleness);
+      const std::optional<double> values[11] = {r.seconds,
+                                                r.samples_per_s,
+                                                r.epoch_speedup,
+                                                r.accuracy,
+                                                r.time_to_sync_accuracy,
+                                                r.tta_speedup,
+                                                r.accuracy_at_equal_time,
+                                                r.fresh_fraction,
+                                                r.mean_staleness,
+                                                static_cast<double>(r.rounds),
+                                                r.mean_momentum};
+      for (int i = 0; i < 11; ++i) v[i].push_back(values[i]);
+    }
+    Spread* fields[11] = {&m.seconds,
+                          &m.samples_per_s,
+                          &m.epoch_speedup,
+                          &m.accuracy,
+                          &m.time_to_sync_accuracy,
+                          &m.tta_speedup,
+                          &m.accuracy_at_equal_time,
+                          &m.fresh_fraction,
+                          &m.mean_staleness,
+                          &m.rounds,
+                          &m.mean_momentum};
+    for (int i = 0; i < 11; ++i) *fields[i] = spread(v[i]);
+    out.push_back(std::move(m));
   }
   return out;
 }
 
+std::string seed_list(const std::vector<uint64_t>& seeds) {
+  std::string out;
+  for (size_t i = 0; i < seeds.size(); ++i) {
+    out += (i ? "," : "") + std::to_string(seeds[i]);
+  }
+  return out;
+}
+
+// "mean [min,max]" of a spread, `scale` times each value; the value alone when there is one (a
+// single seed), "-" when there is none.
+std::string mean_range(const Spread& s, double scale, const char* unit) {
+  if (!s.mean) return "-";
+  char buf[96];
+  if (s.reached() == 1) {
+    std::snprintf(buf, sizeof(buf), "%.2f%s", scale * *s.mean, unit);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2f%s [%.2f,%.2f]", scale * *s.mean, unit, scale * *s.min,
+                  scale * *s.max);
+  }
+  return buf;
+}
+
+// A JSON number, null when missing or not finite (JSON has no NaN).
+std::string num(std::optional<double> v, const char* format = "%.6g") {
+  if (!v || !std::isfinite(*v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, *v);
+  return buf;
+}
+
+std::string spread_json(const Spread& s, bool not_reached = false) {
+  std::string out = "{\"mean\": " + num(s.mean) + ", \"min\": " + num(s.min) +
+                    ", \"max\": " + num(s.max) + ", \"stddev\": " + num(s.stddev) +
+                    ", \"n\": " + std::to_string(s.reached());
+  if (not_reached) out += ", \"not_reached\": " + std::to_string(s.missing);
+  return out + "}";
+}
+
+}  // namespace
+
 std::string format_reports(const std::vector<ModeReport>& reports, const TrainOptions& o,
                            int size) {
-  const ModeReport* sync = nullptr;
-  for (const ModeReport& r : reports) {
-    if (r.mode == "sync") sync = &r;
-  }
+  const std::vector<ModeSummary> modes = summarize(reports);
   std::string out;
-  char line[256];
+  char line[512];
+  char imbalance[96];
+  if (o.imbalance_linear) {
+    std::snprintf(imbalance, sizeof(imbalance), "rank r sleeps r x %g ms per step", o.imbalance_ms);
+  } else {
+    std::snprintf(imbalance, sizeof(imbalance), "%d rank(s) x %g ms per step", o.imbalance_k,
+                  o.imbalance_ms);
+  }
   std::snprintf(line, sizeof(line),
                 "# eagercomm-train: model %s, %d ranks, %d epoch(s), batch %d per rank, "
-                "imbalance %d rank(s) x %g ms per step\n",
-                o.model.c_str(), size, o.epochs, o.batch, o.imbalance_k, o.imbalance_ms);
+                "imbalance %s\n",
+                o.model.c_str(), size, o.epochs, o.batch, imbalance);
   out += line;
+  if (o.eager_epochs > 0 && o.eager_epochs != o.epochs) {
+    std::snprintf(line, sizeof(line),
+                  "# eager modes: up to %d epoch(s)%s; test acc is read after %d epoch(s)\n",
+                  o.eager_epochs, o.stop_at_target ? ", stopping at sync's accuracy" : "",
+                  o.epochs);
+    out += line;
+  }
   std::snprintf(line, sizeof(line), "# lr %g, momentum %g (eager modes %g), weight decay %g\n",
-                o.lr, o.momentum, o.eager_momentum_in_force(),
-                o.weight_decay);
+                o.lr, o.momentum, o.eager_momentum_in_force(), o.weight_decay);
   out += line;
-  std::snprintf(line, sizeof(line), "# %-12s %9s %8s %10s %9s %6s %12s %8s\n", "mode", "time(s)",
-                "speedup", "samples/s", "test acc", "fresh", "stale avg/max", "rounds");
+  out += "# seeds " + seed_list(o.seeds_in_force());
+  std::snprintf(line, sizeof(line),
+                "; %d evaluation(s) per epoch; staleness rule %s; patience %g\n", o.evals_per_epoch,
+                staleness_rule_name(o.staleness).c_str(), o.patience);
   out += line;
-  for (const ModeReport& r : reports) {
-    char speedup[16] = "-";
-    if (sync) std::snprintf(speedup, sizeof(speedup), "%.2fx", sync->seconds / r.seconds);
-    std::snprintf(line, sizeof(line), "  %-12s %9.1f %8s %10.0f %8.2f%% %6.2f %8.2f/%-3d %8llu\n",
-                  r.mode.c_str(), r.seconds, speedup, r.samples_per_s, 100.0 * r.accuracy,
-                  r.fresh_fraction, r.mean_staleness, r.max_staleness,
-                  static_cast<unsigned long long>(r.rounds));
+  // What the less obvious columns mean, in the table itself: it is what users paste around.
+  out +=
+      "# mean [min,max] over the seeds; x/ep: sync's time per epoch over the mode's;\n"
+      "# acc@T: test accuracy at the training time of the seed's fastest run;\n"
+      "# to-sync-acc: speedup over sync in time to the seed's sync final accuracy\n";
+  std::snprintf(line, sizeof(line), "# %-9s %7s %5s %-19s %-19s %5s %6s %6s %4s %s\n", "mode",
+                "time(s)", "x/ep", "test acc (%)", "acc@T (%)", "fresh", "stale", "rounds", "mom",
+                "to-sync-acc");
+  out += line;
+  for (const ModeSummary& m : modes) {
+    char epoch_x[16] = "-";
+    if (m.epoch_speedup.mean)
+      std::snprintf(epoch_x, sizeof(epoch_x), "%.2fx", *m.epoch_speedup.mean);
+    std::string tta = "-";
+    if (m.compared) {
+      const Spread& x = m.tta_speedup;
+      const std::string missed =
+          std::to_string(x.missing) + "/" + std::to_string(x.count) + " not reached";
+      tta = !x.mean ? missed : mean_range(x, 1.0, "x") + (x.missing ? " " + missed : "");
+    }
+    std::snprintf(line, sizeof(line),
+                  "  %-9s %7.1f %5s %-19s %-19s %5.2f %4.2f/%-1d %6.0f %4.2f %s\n", m.mode.c_str(),
+                  m.seconds.mean.value_or(0), epoch_x, mean_range(m.accuracy, 100, "").c_str(),
+                  mean_range(m.accuracy_at_equal_time, 100, "").c_str(),
+                  m.fresh_fraction.mean.value_or(0), m.mean_staleness.mean.value_or(0),
+                  m.max_staleness, m.rounds.mean.value_or(0), m.mean_momentum.mean.value_or(0),
+                  tta.c_str());
     out += line;
   }
   return out;
@@ -294,41 +522,91 @@ std::string format_reports(const std::vector<ModeReport>& reports, const TrainOp
 
 std::string reports_to_json(const std::vector<ModeReport>& reports, const TrainOptions& o,
                             int size) {
-  std::string out = "{\"model\": \"" + o.model + "\", \"ranks\": " + std::to_string(size) +
-                    ", \"epochs\": " + std::to_string(o.epochs) +
-                    ", \"batch\": " + std::to_string(o.batch) +
-                    ", \"imbalance_ranks\": " + std::to_string(o.imbalance_k) +
-                    ", \"imbalance_ms\": " + std::to_string(o.imbalance_ms) + ", \"modes\": [";
-  char buf[512];
+  std::string out =
+      "{\"model\": \"" + o.model + "\", \"ranks\": " + std::to_string(size) +
+      ", \"epochs\": " + std::to_string(o.epochs) + ", \"batch\": " + std::to_string(o.batch) +
+      ", \"imbalance_ranks\": " + std::to_string(o.imbalance_k) +
+      ", \"imbalance_ms\": " + num(o.imbalance_ms) +
+      ", \"imbalance_linear\": " + (o.imbalance_linear ? "true" : "false") +
+      ", \"eager_epochs\": " + std::to_string(o.eager_epochs > 0 ? o.eager_epochs : o.epochs) +
+      ", \"stop_at_target\": " + (o.stop_at_target ? "true" : "false") + ", \"lr\": " + num(o.lr) +
+      ", \"momentum\": " + num(o.momentum) +
+      ", \"eager_momentum\": " + num(o.eager_momentum_in_force()) +
+      ", \"weight_decay\": " + num(o.weight_decay) + ", \"staleness\": \"" +
+      staleness_rule_name(o.staleness) + "\", \"patience\": " + num(o.patience) + ", \"seeds\": [" +
+      seed_list(o.seeds_in_force()) +
+      "], \"evals_per_epoch\": " + std::to_string(o.evals_per_epoch) + ", \"modes\": [";
+  char buf[768];
   for (size_t i = 0; i < reports.size(); ++i) {
     const ModeReport& r = reports[i];
-    std::snprintf(buf, sizeof(buf),
-                  "%s{\"mode\": \"%s\", \"seconds\": %.4f, \"samples_per_s\": %.2f, "
-                  "\"accuracy\": %.5f, \"loss\": %.5f, \"fresh_fraction\": %.4f, "
-                  "\"mean_staleness\": %.4f, \"max_staleness\": %d, \"rounds\": %llu, "
-                  "\"steps\": %llu, \"waiting_s\": %.4f, \"curve\": [",
-                  i ? ", " : "", r.mode.c_str(), r.seconds, r.samples_per_s, r.accuracy, r.loss,
-                  r.fresh_fraction, r.mean_staleness, r.max_staleness,
-                  static_cast<unsigned long long>(r.rounds),
-                  static_cast<unsigned long long>(r.steps), r.waiting_s);
+    std::snprintf(
+        buf, sizeof(buf),
+        "%s{\"mode\": \"%s\", \"seed\": %llu, \"seconds\": %.4f, \"samples_per_s\": %.2f, "
+        "\"accuracy\": %.5f, \"loss\": %s, \"fresh_fraction\": %.4f, "
+        "\"mean_staleness\": %.4f, \"max_staleness\": %d, \"rounds\": %llu, "
+        "\"steps\": %llu, \"waiting_s\": %.4f, \"mean_momentum\": %.5f, ",
+        i ? ", " : "", r.mode.c_str(), static_cast<unsigned long long>(r.seed), r.seconds,
+        r.samples_per_s, r.accuracy, num(r.loss, "%.5f").c_str(), r.fresh_fraction,
+        r.mean_staleness, r.max_staleness, static_cast<unsigned long long>(r.rounds),
+        static_cast<unsigned long long>(r.steps), r.waiting_s, r.mean_momentum);
     out += buf;
+    out += "\"final_accuracy\": " + num(r.final_accuracy, "%.5f") +
+           ", \"equal_epoch_seconds\": " + num(r.equal_epoch_seconds, "%.4f") +
+           ", \"epoch_speedup\": " + num(r.epoch_speedup, "%.4f") +
+           ", \"target_accuracy\": " + num(r.target_accuracy, "%.5f") +
+           ", \"time_to_sync_accuracy\": " + num(r.time_to_sync_accuracy, "%.4f") +
+           ", \"tta_speedup\": " + num(r.tta_speedup, "%.4f") +
+           ", \"equal_time\": " + num(r.equal_time, "%.4f") +
+           ", \"accuracy_at_equal_time\": " + num(r.accuracy_at_equal_time, "%.5f") +
+           ", \"curve\": [";
     for (size_t e = 0; e < r.curve.size(); ++e) {
-      std::snprintf(buf, sizeof(buf), "%s{\"epoch\": %d, \"seconds\": %.4f, \"accuracy\": %.5f}",
-                    e ? ", " : "", r.curve[e].epoch, r.curve[e].seconds, r.curve[e].accuracy);
+      const EpochPoint& p = r.curve[e];
+      std::snprintf(buf, sizeof(buf),
+                    "%s{\"epoch\": %.4f, \"step\": %llu, \"seconds\": %.4f, \"accuracy\": %.5f, "
+                    "\"loss\": %s}",
+                    e ? ", " : "", p.epoch, static_cast<unsigned long long>(p.step), p.seconds,
+                    p.accuracy, num(p.loss, "%.5f").c_str());
       out += buf;
     }
     out += "]}";
+  }
+  out += "], \"summary\": [";
+  const std::vector<ModeSummary> modes = summarize(reports);
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const ModeSummary& m = modes[i];
+    // Without a sync run there is nothing to compare with: null rather than "never reached".
+    auto compared = [&m](const Spread& s, bool not_reached) {
+      return m.compared ? spread_json(s, not_reached) : std::string("null");
+    };
+    out += std::string(i ? ", " : "") + "{\"mode\": \"" + m.mode +
+           "\", \"runs\": " + std::to_string(m.seeds.size()) + ", \"seeds\": [" +
+           seed_list(m.seeds) + "], \"seconds\": " + spread_json(m.seconds) +
+           ", \"samples_per_s\": " + spread_json(m.samples_per_s) +
+           ", \"epoch_speedup\": " + compared(m.epoch_speedup, false) +
+           ", \"accuracy\": " + spread_json(m.accuracy) +
+           ", \"time_to_sync_accuracy\": " + compared(m.time_to_sync_accuracy, true) +
+           ", \"tta_speedup\": " + compared(m.tta_speedup, true) +
+           ", \"accuracy_at_equal_time\": " + spread_json(m.accuracy_at_equal_time) +
+           ", \"fresh_fraction\": " + spread_json(m.fresh_fraction) +
+           ", \"mean_staleness\": " + spread_json(m.mean_staleness) +
+           ", \"max_staleness\": " + std::to_string(m.max_staleness) +
+           ", \"rounds\": " + spread_json(m.rounds) +
+           ", \"mean_momentum\": " + spread_json(m.mean_momentum) + "}";
   }
   return out + "]}\n";
 }
 
 std::string curves_to_csv(const std::vector<ModeReport>& reports) {
-  std::string out = "mode,epoch,seconds,accuracy,loss\n";
-  char buf[160];
+  std::string out = "mode,seed,epoch,step,seconds,accuracy,loss\n";
+  char buf[192];
   for (const ModeReport& r : reports) {
     for (const EpochPoint& p : r.curve) {
-      std::snprintf(buf, sizeof(buf), "%s,%d,%.4f,%.5f,%.5f\n", r.mode.c_str(), p.epoch, p.seconds,
-                    p.accuracy, p.loss);
+      // The point before training has no training loss: an empty field.
+      char loss[32] = "";
+      if (std::isfinite(p.loss)) std::snprintf(loss, sizeof(loss), "%.5f", p.loss);
+      std::snprintf(buf, sizeof(buf), "%s,%llu,%.4f,%llu,%.4f,%.5f,%s\n", r.mode.c_str(),
+                    static_cast<unsigned long long>(r.seed), p.epoch,
+                    static_cast<unsigned long long>(p.step), p.seconds, p.accuracy, loss);
       out += buf;
     }
   }

@@ -20,7 +20,7 @@ using test::World;
 
 std::vector<PartialMode> all_modes() {
   return {PartialMode::sync(), PartialMode::solo(), PartialMode::majority(),
-          PartialMode::quorum_of(2)};
+          PartialMode::quorum_of(2), PartialMode::adaptive()};
 }
 
 uint64_t checksum(const std::vector<float>& v) {

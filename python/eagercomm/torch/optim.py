@@ -29,8 +29,12 @@ class EagerSGD(torch.optim.Optimizer):
     buffer and never sets gradients to None.
 
     Arguments: lr, momentum in [0, 1), weight_decay >= 0 (PyTorch's conventions:
-    d = g + wd * p; v = momentum * v + d; p -= lr(round) * v); mode "solo", "majority",
-    "sync" or "quorum:K"; the rate is a function of the round (warmup_rounds, warmup_start,
+    d = g + wd * p; v = mu * v + d; p -= lr(round) * v); mode "solo", "majority", "sync",
+    "adaptive" or "quorum:K"; staleness "momentum" (default: mu is momentum lowered for the
+    measured staleness of the rounds, 1 - mu = (1 - momentum)(1 + s), so the same momentum as
+    for torch.optim.SGD is right in every mode), "rate" (lr / (1 + s) per round) or "none";
+    patience (adaptive: how long, in steps, a round waits for the other ranks after the first
+    post, default 0.25); the rate is a function of the round (warmup_rounds, warmup_start,
     milestones, gamma), which keeps replicas identical (torch lr schedulers are not supported);
     late "carry" (default) or "drop"; sync_every N makes every N-th round synchronous; seed
     (majority's shared PRNG); result_depth (rounds a rank may lag); timeout in seconds
@@ -48,7 +52,7 @@ class EagerSGD(torch.optim.Optimizer):
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, mode="solo", *,
                  warmup_rounds=0, warmup_start=0.1, milestones=(), gamma=0.1, late="carry",
                  sync_every=0, seed=0, result_depth=4, timeout=0.0, broadcast_initial=True,
-                 process_group=None, communicator=None):
+                 staleness="momentum", patience=0.25, process_group=None, communicator=None):
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay)
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
@@ -102,7 +106,8 @@ class EagerSGD(torch.optim.Optimizer):
             warmup_rounds=warmup_rounds, warmup_start=float(warmup_start),
             milestones=milestones, gamma=float(gamma), late=str(late),
             sync_every=sync_every, seed=seed, result_depth=result_depth,
-            timeout_s=float(timeout), broadcast_initial=bool(broadcast_initial))
+            timeout_s=float(timeout), broadcast_initial=bool(broadcast_initial),
+            staleness=str(staleness), patience=float(patience))
 
     def _rebind(self):
         """Makes every parameter and gradient a view of the flat buffers again (see class doc)."""
@@ -151,6 +156,11 @@ class EagerSGD(torch.optim.Optimizer):
     @property
     def current_lr(self):
         return self._impl.current_lr
+
+    @property
+    def current_momentum(self):
+        """The momentum the next round is applied with (after the staleness rule)."""
+        return self._impl.current_momentum
 
     @property
     def mode(self):

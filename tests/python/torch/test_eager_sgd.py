@@ -60,6 +60,9 @@ versions = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
 dist.all_gather(versions, torch.tensor([opt.version]))
 check(len({v.item() for v in versions}) == 1, f"versions differ: {versions}")
 check(loss_after < 0.75 * loss_before, f"loss did not go down: {loss_before} -> {loss_after}")
+# The default staleness rule lowers the momentum for stale rounds, never raises it.
+check(0 <= stats["mean_momentum"] <= 0.5 and 0 <= opt.current_momentum <= 0.5,
+      f"momentum in force {stats['mean_momentum']} / {opt.current_momentum} (configured 0.5)")
 # The model's own tensors are the optimizer's buffer: the model reads what EagerSGD wrote.
 check(model[0].weight.data_ptr() == opt.flat_parameters.data_ptr(), "parameter views lost")
 print(f"rank {rank}: loss {loss_before:.4f} -> {loss_after:.4f}, {opt.version} rounds, "
