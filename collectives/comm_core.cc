@@ -391,7 +391,11 @@ int CommCore::progress() {
     events += handler->advance();
     due = std::min(due, handler->next_due());
   }
-  stream_due_ns_.store(due.time_since_epoch().count(), std::memory_order_release);
+  // Written only when it changes: every progress pass comes here, and idle threads read it.
+  const int64_t due_ns = due.time_since_epoch().count();
+  if (stream_due_ns_.load(std::memory_order_relaxed) != due_ns) {
+    stream_due_ns_.store(due_ns, std::memory_order_release);
+  }
   for (size_t i = 0; i < active_.size();) {
     Op* op = active_[i];
     Result<int> r = op->advance(ctx_);
