@@ -10,6 +10,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# rdma-core is loaded at run time, never linked (transport/verbs/verbs_api.h): the library loads on
+# hosts without it.
+lib=$build/libeagercomm.so
+if readelf -d "$lib" | grep NEEDED | grep -E 'libibverbs|librdmacm'; then
+  fail "libeagercomm.so links rdma-core (it must dlopen it)"
+fi
+if nm -D --undefined-only "$lib" | grep -E ' (ibv|rdma)_[a-z_]+'; then
+  fail "libeagercomm.so has undefined rdma-core symbols (a call not through the VerbsApi table)"
+fi
+
 "$info" >"$tmp/info.txt" || fail "eagercomm-info exited $?"
 for var in TRANSPORT LOG_LEVEL LOG_SUBSYS LOG_FILE TIMEOUT SPIN PROGRESS_THREAD SLOT_BYTES SLOTS \
     ALLREDUCE_ALGO RD_MAX_BYTES DIRECT_MIN_BYTES BCAST_ALGO CHAIN_MIN_BYTES DIRECT; do

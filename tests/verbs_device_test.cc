@@ -9,6 +9,10 @@
 #include "transport/registry.h"
 #include "transport/verbs/verbs_device.h"
 
+#if EAGERCOMM_HAVE_VERBS
+#include "transport/verbs/verbs_api.h"
+#endif
+
 namespace eagercomm::verbs {
 namespace {
 
@@ -216,6 +220,53 @@ TEST(VerbsTransport, CreateSaysWhyItCannotRunHere) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("EAGERCOMM_IB_HCA=no_such_hca0"), std::string::npos);
 }
+
+#if EAGERCOMM_HAVE_VERBS
+// rdma-core is loaded at run time (verbs_api.h): what it names when a part is missing.
+TEST(VerbsApi, AMissingLibraryIsNamed) {
+  auto api = load_verbs_api("libeagercomm-no-such-verbs.so.9", "librdmacm.so.1");
+  ASSERT_FALSE(api.ok());
+  EXPECT_EQ(api.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(api.status().message().find("cannot load libeagercomm-no-such-verbs.so.9"),
+            std::string::npos)
+      << api.status().message();
+}
+
+TEST(VerbsApi, ALibraryWithoutTheFunctionsIsRefusedNamingOne) {
+  auto api = load_verbs_api("libc.so.6", nullptr);
+  ASSERT_FALSE(api.ok());
+  EXPECT_NE(api.status().message().find("libc.so.6 has no ibv_get_device_list"), std::string::npos)
+      << api.status().message();
+}
+
+TEST(VerbsApi, WithoutRdmacmOnlyTheCmPathIsOff) {
+  auto api = load_verbs_api("libibverbs.so.1", "librdmacm-no-such.so.1");
+  if (!api.ok()) GTEST_SKIP() << "no libibverbs.so.1 here: " << api.status().message();
+  EXPECT_FALSE(api.value().has_cm);
+  EXPECT_NE(api.value().cm_missing.find("cannot load librdmacm-no-such.so.1"), std::string::npos)
+      << api.value().cm_missing;
+  EXPECT_NE(api.value().open_device, nullptr);
+  EXPECT_EQ(api.value().create_id, nullptr);
+}
+
+TEST(VerbsApi, TheSystemLibrariesResolveEveryFunction) {
+  auto api = system_verbs_api();
+  if (!api.ok()) GTEST_SKIP() << api.status().message();
+  const VerbsApi& a = *api.value();
+  EXPECT_EQ(a.source, "libibverbs.so.1");
+  for (const void* fn : {reinterpret_cast<const void*>(a.get_device_list),
+                         reinterpret_cast<const void*>(a.query_port_compat),
+                         reinterpret_cast<const void*>(a.query_gid_ex_sized),
+                         reinterpret_cast<const void*>(a.modify_qp),
+                         reinterpret_cast<const void*>(a.get_async_event),
+                         reinterpret_cast<const void*>(a.fork_init)}) {
+    EXPECT_NE(fn, nullptr);
+  }
+  EXPECT_TRUE(a.has_cm) << a.cm_missing;
+  // Loaded once: the same table every time.
+  EXPECT_EQ(system_verbs_api().value(), &a);
+}
+#endif
 
 }  // namespace
 }  // namespace eagercomm::verbs

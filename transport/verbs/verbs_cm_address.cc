@@ -10,9 +10,9 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <rdma/rdma_cma.h>
-
 #include <cstring>
+
+#include "transport/verbs/verbs_api.h"
 #endif
 
 namespace eagercomm::verbs {
@@ -51,7 +51,14 @@ CmAddress choose_cm_address(std::span<const IpCandidate> candidates, const std::
 #if EAGERCOMM_HAVE_VERBS
 
 CmAddress find_cm_address(const std::string& device, uint8_t port) {
-  rdma_event_channel* channel = rdma_create_event_channel();
+  Result<const VerbsApi*> loaded = system_verbs_api();
+  if (!loaded.ok() || !loaded.value()->has_cm) {
+    CmAddress none;
+    none.why_none = !loaded.ok() ? loaded.status().message() : loaded.value()->cm_missing;
+    return none;
+  }
+  const VerbsApi& api = *loaded.value();
+  rdma_event_channel* channel = api.create_event_channel();
   if (channel == nullptr) {
     CmAddress none;
     none.why_none = std::string("rdma_create_event_channel: ") + std::strerror(errno);
@@ -59,7 +66,7 @@ CmAddress find_cm_address(const std::string& device, uint8_t port) {
   }
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) {
-    rdma_destroy_event_channel(channel);
+    api.destroy_event_channel(channel);
     CmAddress none;
     none.why_none = std::string("getifaddrs: ") + std::strerror(errno);
     return none;
@@ -84,17 +91,17 @@ CmAddress find_cm_address(const std::string& device, uint8_t port) {
     }
     // Binding ties an id to the RDMA device that owns the address (fails when none does).
     rdma_cm_id* id = nullptr;
-    if (rdma_create_id(channel, &id, nullptr, RDMA_PS_TCP) == 0) {
-      if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&sa)) == 0 && id->verbs != nullptr) {
-        c.device = ibv_get_device_name(id->verbs->device);
+    if (api.create_id(channel, &id, nullptr, RDMA_PS_TCP) == 0) {
+      if (api.bind_addr(id, reinterpret_cast<sockaddr*>(&sa)) == 0 && id->verbs != nullptr) {
+        c.device = api.get_device_name(id->verbs->device);
         c.port = id->port_num;
       }
-      rdma_destroy_id(id);
+      api.destroy_id(id);
     }
     candidates.push_back(std::move(c));
   }
   freeifaddrs(list);
-  rdma_destroy_event_channel(channel);
+  api.destroy_event_channel(channel);
   return choose_cm_address(candidates, device, port);
 }
 

@@ -52,6 +52,9 @@ struct DeviceList {
 // Every RDMA device on this host with its ports and GID tables. Never fails: problems end up in
 // `reason` (no device) or leave a device out (logged at info level).
 DeviceList list_verbs_devices();
+struct VerbsApi;  // verbs_api.h (builds with libibverbs' headers only)
+// The devices `api` lists (the system's rdma-core above, or the emulated device).
+DeviceList list_verbs_devices(const VerbsApi& api);
 
 // Where the transport will talk from.
 struct Endpoint {

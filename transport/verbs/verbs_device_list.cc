@@ -8,7 +8,7 @@
 #include "transport/verbs/verbs_device.h"
 
 #if EAGERCOMM_HAVE_VERBS
-#include <infiniband/verbs.h>
+#include "transport/verbs/verbs_api.h"
 #endif
 
 namespace eagercomm::verbs {
@@ -30,11 +30,11 @@ LinkLayer link_of(uint8_t link_layer) {
 
 // The GID table of one port. Entries that cannot be read stay empty (unused entries of RoCE
 // tables answer with an error, which is normal).
-std::vector<Gid> gid_table(ibv_context* ctx, uint8_t port, int length) {
+std::vector<Gid> gid_table(const VerbsApi& api, ibv_context* ctx, uint8_t port, int length) {
   std::vector<Gid> out(static_cast<size_t>(std::clamp(length, 0, 256)));
   for (size_t i = 0; i < out.size(); ++i) {
     ibv_gid_entry entry{};
-    if (ibv_query_gid_ex(ctx, port, static_cast<uint32_t>(i), &entry, 0) != 0) continue;
+    if (api.query_gid_ex(ctx, port, static_cast<uint32_t>(i), &entry, 0) != 0) continue;
     std::memcpy(out[i].raw.data(), entry.gid.raw, 16);
     out[i].roce_v2 = entry.gid_type == IBV_GID_TYPE_ROCE_V2;
   }
@@ -44,9 +44,15 @@ std::vector<Gid> gid_table(ibv_context* ctx, uint8_t port, int length) {
 }  // namespace
 
 DeviceList list_verbs_devices() {
+  Result<const VerbsApi*> api = system_verbs_api();
+  if (!api.ok()) return DeviceList{{}, api.status().message()};
+  return list_verbs_devices(*api.value());
+}
+
+DeviceList list_verbs_devices(const VerbsApi& api) {
   DeviceList out;
   int count = 0;
-  ibv_device** list = ibv_get_device_list(&count);
+  ibv_device** list = api.get_device_list(&count);
   if (list == nullptr) {
     out.reason = errno == ENOSYS
                      ? "the kernel has no InfiniBand / RDMA support (ibv_get_device_list: ENOSYS)"
@@ -55,32 +61,32 @@ DeviceList list_verbs_devices() {
   }
   for (int d = 0; d < count; ++d) {
     DeviceInfo info;
-    info.name = ibv_get_device_name(list[d]);
-    ibv_context* ctx = ibv_open_device(list[d]);
+    info.name = api.get_device_name(list[d]);
+    ibv_context* ctx = api.open_device(list[d]);
     if (ctx == nullptr) {
       EC_INFO(kNet, "verbs: cannot open %s: %s; leaving it out", info.name.c_str(),
               std::strerror(errno));
       continue;
     }
     ibv_device_attr attr{};
-    if (ibv_query_device(ctx, &attr) == 0) {
+    if (api.query_device(ctx, &attr) == 0) {
       for (uint8_t p = 1; p <= attr.phys_port_cnt; ++p) {
         ibv_port_attr pa{};
-        if (ibv_query_port(ctx, p, &pa) != 0) continue;
+        if (api.query_port(ctx, p, &pa) != 0) continue;
         PortInfo port;
         port.number = p;
         port.active = pa.state == IBV_PORT_ACTIVE;
         port.link = link_of(pa.link_layer);
         port.lid = pa.lid;
         port.active_mtu = pa.active_mtu >= IBV_MTU_256 ? 128u << pa.active_mtu : 0;
-        port.gids = gid_table(ctx, p, pa.gid_tbl_len);
+        port.gids = gid_table(api, ctx, p, pa.gid_tbl_len);
         info.ports.push_back(std::move(port));
       }
     }
-    ibv_close_device(ctx);
+    api.close_device(ctx);
     out.devices.push_back(std::move(info));
   }
-  ibv_free_device_list(list);
+  api.free_device_list(list);
   if (out.devices.empty()) {
     out.reason = count == 0
                      ? "libibverbs lists no device (no RDMA NIC, or its driver is not loaded)"

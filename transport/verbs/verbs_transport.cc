@@ -3,9 +3,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <infiniband/verbs.h>
 #include <poll.h>
-#include <rdma/rdma_cma.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -25,6 +23,7 @@
 #include "runtime/unique_fd.h"
 #include "transport/local_completions.h"
 #include "transport/verbs/gpudirect.h"
+#include "transport/verbs/verbs_api.h"
 #include "transport/verbs/verbs_cm_address.h"
 #include "transport/verbs/verbs_connect.h"
 #include "transport/verbs/verbs_credits.h"
@@ -51,11 +50,13 @@ std::string errno_text() { return std::strerror(errno); }
 // The device context and protection domain: shared by the transport and its regions (a region
 // may outlive the transport and must deregister before the domain goes).
 struct Core {
+  explicit Core(const verbs::VerbsApi& functions) : api(functions) {}
+  const verbs::VerbsApi& api;  // the process's rdma-core (or the emulated device): outlives us
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
   ~Core() {
-    if (pd != nullptr) ibv_dealloc_pd(pd);
-    if (ctx != nullptr) ibv_close_device(ctx);
+    if (pd != nullptr) api.dealloc_pd(pd);
+    if (ctx != nullptr) api.close_device(ctx);
   }
 };
 
@@ -81,7 +82,7 @@ class VerbsRegion final : public MemoryRegion {
         memory_(std::move(memory)) {
     remote_key_ = std::move(key);
   }
-  ~VerbsRegion() override { ibv_dereg_mr(mr_); }  // before the memory members go
+  ~VerbsRegion() override { core_->api.dereg_mr(mr_); }  // before the memory members go
   uint32_t lkey() const { return mr_->lkey; }
   uint32_t rkey() const { return mr_->rkey; }
   const Core* core() const { return core_.get(); }
@@ -128,7 +129,8 @@ ibv_mtu mtu_enum(uint32_t bytes) {
 
 class VerbsTransport final : public Transport {
  public:
-  VerbsTransport(int rank, int size) : Transport(rank, size) {}
+  VerbsTransport(int rank, int size, const verbs::VerbsApi& api)
+      : Transport(rank, size), api_(&api) {}
   ~VerbsTransport() override { close(); }
 
   Status init(const Config& config);
@@ -195,6 +197,7 @@ class VerbsTransport final : public Transport {
   void fail_peer(int peer, const std::string& why);
   uint64_t credit_word(int peer) const;
 
+  const verbs::VerbsApi* api_;
   std::shared_ptr<Core> core_;
   verbs::Endpoint endpoint_;
   uint64_t instance_ = 0;
@@ -226,27 +229,27 @@ class VerbsTransport final : public Transport {
 };
 
 Status VerbsTransport::init(const Config& config) {
-  const verbs::DeviceList list = verbs::list_verbs_devices();
+  const verbs::DeviceList list = verbs::list_verbs_devices(*api_);
   EC_ASSIGN_OR_RETURN(endpoint_, verbs::choose_endpoint(list.devices, config, list.reason));
-  core_ = std::make_shared<Core>();
+  core_ = std::make_shared<Core>(*api_);
   int count = 0;
-  ibv_device** devices = ibv_get_device_list(&count);
+  ibv_device** devices = api_->get_device_list(&count);
   for (int i = 0; devices != nullptr && i < count && core_->ctx == nullptr; ++i) {
-    if (endpoint_.device == ibv_get_device_name(devices[i])) {
-      core_->ctx = ibv_open_device(devices[i]);
+    if (endpoint_.device == api_->get_device_name(devices[i])) {
+      core_->ctx = api_->open_device(devices[i]);
     }
   }
-  if (devices != nullptr) ibv_free_device_list(devices);
+  if (devices != nullptr) api_->free_device_list(devices);
   if (core_->ctx == nullptr) {
     return make_status(StatusCode::kUnavailable, "verbs: cannot open %s: %s",
                        endpoint_.device.c_str(), errno_text().c_str());
   }
-  core_->pd = ibv_alloc_pd(core_->ctx);
+  core_->pd = api_->alloc_pd(core_->ctx);
   if (core_->pd == nullptr) {
     return make_status(StatusCode::kUnavailable, "verbs: ibv_alloc_pd on %s: %s",
                        endpoint_.device.c_str(), errno_text().c_str());
   }
-  channel_ = ibv_create_comp_channel(core_->ctx);
+  channel_ = api_->create_comp_channel(core_->ctx);
   if (channel_ == nullptr) {
     return make_status(StatusCode::kUnavailable, "verbs: ibv_create_comp_channel: %s",
                        errno_text().c_str());
@@ -256,7 +259,7 @@ Status VerbsTransport::init(const Config& config) {
                        errno_text().c_str());
   }
   const int cqe = std::max(1, size() - 1) * static_cast<int>(kReceiveWindow + kSendDepth) + 16;
-  cq_ = ibv_create_cq(core_->ctx, cqe, nullptr, channel_, 0);
+  cq_ = api_->create_cq(core_->ctx, cqe, nullptr, channel_, 0);
   if (cq_ == nullptr) {
     return make_status(StatusCode::kUnavailable, "verbs: ibv_create_cq(%d): %s", cqe,
                        errno_text().c_str());
@@ -296,11 +299,11 @@ Status VerbsTransport::init(const Config& config) {
     ia.cap.max_recv_sge = 1;
     ia.cap.max_inline_data = kWantInline;
     Peer& p = peers_[peer];
-    p.qp = ibv_create_qp(core_->pd, &ia);
+    p.qp = api_->create_qp(core_->pd, &ia);
     if (p.qp == nullptr) {
       // Some devices cap inline data lower: ask again without it.
       ia.cap.max_inline_data = 0;
-      p.qp = ibv_create_qp(core_->pd, &ia);
+      p.qp = api_->create_qp(core_->pd, &ia);
     }
     if (p.qp == nullptr) {
       return make_status(StatusCode::kUnavailable, "verbs: ibv_create_qp for rank %d: %s", peer,
@@ -315,8 +318,8 @@ Status VerbsTransport::init(const Config& config) {
     qa.pkey_index = 0;
     qa.port_num = endpoint_.port;
     qa.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    if (ibv_modify_qp(p.qp, &qa,
-                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+    if (api_->modify_qp(
+            p.qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
       return make_status(StatusCode::kUnavailable, "verbs: QP for rank %d to INIT: %s", peer,
                          errno_text().c_str());
     }
@@ -337,7 +340,7 @@ Status VerbsTransport::init(const Config& config) {
       a.cm_family = 6;
       std::memcpy(a.cm_ip.data(), &in6.sin6_addr, 16);
     }
-    a.cm_port = ntohs(rdma_get_src_port(listen_id_));
+    a.cm_port = ntohs(api_->get_src_port(listen_id_));
   }
   address_ = verbs::encode_address(a);
   EC_INFO(kNet, "verbs: rank %d on %s port %u (%s)%s; connects by %s", rank(),
@@ -350,7 +353,12 @@ Status VerbsTransport::init(const Config& config) {
 Status VerbsTransport::setup_cm(const Config& config) {
   connect_mode_ = config.ib_connect;
   if (connect_mode_ == IbConnectMode::kStore) return Status::Ok();
-  const verbs::CmAddress ip = verbs::find_cm_address(endpoint_.device, endpoint_.port);
+  verbs::CmAddress ip;
+  if (api_->has_cm) {
+    ip = verbs::find_cm_address(endpoint_.device, endpoint_.port);
+  } else {
+    ip.why_none = api_->cm_missing;
+  }
   EC_ASSIGN_OR_RETURN(const bool offer, verbs::offers_cm(connect_mode_, ip.found, ip.why_none));
   if (!offer) {
     EC_INFO(kNet, "verbs: not offering rdma_cm: %s; queue pairs connect through the store",
@@ -377,34 +385,35 @@ Status VerbsTransport::setup_cm(const Config& config) {
     in6.sin6_family = AF_INET6;
     std::memcpy(&in6.sin6_addr, ip.ip.data(), 16);
   }
-  cm_channel_ = rdma_create_event_channel();
+  cm_channel_ = api_->create_event_channel();
   if (cm_channel_ == nullptr) return give_up("rdma_create_event_channel: " + errno_text());
   if (fcntl(cm_channel_->fd, F_SETFL, fcntl(cm_channel_->fd, F_GETFL) | O_NONBLOCK) != 0) {
     return give_up("rdma_cm event channel fd: " + errno_text());
   }
   // The listener's context marks requests (accepted ids inherit it until adopted by a peer).
-  if (rdma_create_id(cm_channel_, &listen_id_, reinterpret_cast<void*>(intptr_t{-1}),
-                     RDMA_PS_TCP) != 0) {
+  if (api_->create_id(cm_channel_, &listen_id_, reinterpret_cast<void*>(intptr_t{-1}),
+                      RDMA_PS_TCP) != 0) {
     return give_up("rdma_create_id: " + errno_text());
   }
-  if (rdma_bind_addr(listen_id_, reinterpret_cast<sockaddr*>(&cm_source_)) != 0) {
+  if (api_->bind_addr(listen_id_, reinterpret_cast<sockaddr*>(&cm_source_)) != 0) {
     return give_up("rdma_bind_addr(" + ip.to_string() + "): " + errno_text());
   }
   if (listen_id_->verbs == nullptr ||
-      endpoint_.device != ibv_get_device_name(listen_id_->verbs->device) ||
+      endpoint_.device != api_->get_device_name(listen_id_->verbs->device) ||
       listen_id_->port_num != endpoint_.port) {
     return give_up(ip.to_string() + " is not on " + endpoint_.device);
   }
-  if (rdma_listen(listen_id_, kCmBacklog) != 0) return give_up("rdma_listen: " + errno_text());
+  if (api_->listen(listen_id_, kCmBacklog) != 0) return give_up("rdma_listen: " + errno_text());
   offers_cm_ = true;
   EC_INFO(kNet, "verbs: rank %d listens for rdma_cm on %s port %u", rank(), ip.to_string().c_str(),
-          ntohs(rdma_get_src_port(listen_id_)));
+          ntohs(api_->get_src_port(listen_id_)));
   return Status::Ok();
 }
 
 Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_region(void* data, size_t bytes,
                                                                   RegionMemory memory) {
-  ibv_mr* mr = ibv_reg_mr(core_->pd, data, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ibv_mr* mr =
+      api_->reg_mr(core_->pd, data, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (mr == nullptr) {
     return make_status(errno == ENOMEM ? StatusCode::kNoMemory : StatusCode::kIoError,
                        "verbs: registering %zu bytes at %p failed: %s (locked-memory limit? see "
@@ -429,7 +438,8 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_cuda_region(void* dat
                                                                        RegionMemory memory) {
   if (!gpu_probe_) {
     gpu_probe_ = verbs::probe_gpudirect();
-    gpu_probe_->rdma_device = true;  // this transport has one open
+    gpu_probe_->rdma_device = true;                             // this transport has one open
+    gpu_probe_->verbs_dmabuf = api_->reg_dmabuf_mr != nullptr;  // rdma-core 34+
   }
   constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   for (;;) {
@@ -453,8 +463,8 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_cuda_region(void* dat
           continue;
         }
         // The MR keeps its own reference to the dma-buf: the fd closes when `buf` goes.
-        mr = ibv_reg_dmabuf_mr(core_->pd, buf.value().offset, bytes,
-                               reinterpret_cast<uintptr_t>(data), buf.value().fd.get(), kAccess);
+        mr = api_->reg_dmabuf_mr(core_->pd, buf.value().offset, bytes,
+                                 reinterpret_cast<uintptr_t>(data), buf.value().fd.get(), kAccess);
         if (mr == nullptr) {
           gpu_failures_.push_back({choice.method, "ibv_reg_dmabuf_mr: " + errno_text()});
           continue;
@@ -462,7 +472,7 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_cuda_region(void* dat
         break;
       }
       case verbs::GpuDirectMethod::kPeerMemory:
-        mr = ibv_reg_mr(core_->pd, data, bytes, kAccess);
+        mr = api_->reg_mr(core_->pd, data, bytes, kAccess);
         if (mr == nullptr) {
           gpu_failures_.push_back({choice.method, "ibv_reg_mr: " + errno_text()});
           continue;
@@ -471,7 +481,7 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_cuda_region(void* dat
       case verbs::GpuDirectMethod::kStaging: {
         EC_ASSIGN_OR_RETURN(gpu::PinnedBuffer pinned, gpu::PinnedBuffer::allocate(bytes));
         nic = pinned.data();
-        mr = ibv_reg_mr(core_->pd, nic, bytes, kAccess);
+        mr = api_->reg_mr(core_->pd, nic, bytes, kAccess);
         if (mr == nullptr) {
           return make_status(StatusCode::kIoError,
                              "verbs: registering the %zu-byte pinned staging copy of GPU memory "
@@ -615,9 +625,9 @@ Status VerbsTransport::modify_qp_from_store(int peer) {
     rtr.ah_attr.grh.sgid_index = static_cast<uint8_t>(endpoint_.gid_index);
     rtr.ah_attr.grh.hop_limit = 64;
   }
-  if (ibv_modify_qp(p.qp, &rtr,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+  if (api_->modify_qp(p.qp, &rtr,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
     return make_status(StatusCode::kUnavailable, "QP to rank %d to RTR: %s", peer,
                        errno_text().c_str());
   }
@@ -628,9 +638,9 @@ Status VerbsTransport::modify_qp_from_store(int peer) {
   rts.rnr_retry = 7;  // credits keep receivers ready; 7 (infinite) is the safety net
   rts.sq_psn = p.psn;
   rts.max_rd_atomic = 1;
-  if (ibv_modify_qp(p.qp, &rts,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+  if (api_->modify_qp(p.qp, &rts,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
     return make_status(StatusCode::kUnavailable, "QP to rank %d to RTS: %s", peer,
                        errno_text().c_str());
   }
@@ -646,12 +656,12 @@ Status VerbsTransport::modify_qp_from_cm(int peer) {
     ibv_qp_attr attr{};
     int mask = 0;
     attr.qp_state = state;
-    if (rdma_init_qp_attr(p.id, &attr, &mask) != 0) {
+    if (api_->init_qp_attr(p.id, &attr, &mask) != 0) {
       return make_status(StatusCode::kUnavailable, "rdma_init_qp_attr(%s) for rank %d: %s",
                          state == IBV_QPS_RTR ? "RTR" : "RTS", peer, errno_text().c_str());
     }
     if (state == IBV_QPS_RTS) attr.rnr_retry = 7;  // as on the store path
-    if (ibv_modify_qp(p.qp, &attr, mask) != 0) {
+    if (api_->modify_qp(p.qp, &attr, mask) != 0) {
       return make_status(StatusCode::kUnavailable, "QP to rank %d to %s: %s", peer,
                          state == IBV_QPS_RTR ? "RTR" : "RTS", errno_text().c_str());
     }
@@ -681,8 +691,8 @@ Status VerbsTransport::perform(int peer, verbs::ConnAction a, rdma_cm_id* reques
   std::vector<uint8_t> hello;
   switch (a) {
     case A::kCreateId:
-      if (rdma_create_id(cm_channel_, &p.id, reinterpret_cast<void*>(intptr_t{peer}),
-                         RDMA_PS_TCP) != 0) {
+      if (api_->create_id(cm_channel_, &p.id, reinterpret_cast<void*>(intptr_t{peer}),
+                          RDMA_PS_TCP) != 0) {
         p.id = nullptr;
         return failed("rdma_create_id");
       }
@@ -702,18 +712,18 @@ Status VerbsTransport::perform(int peer, verbs::ConnAction a, rdma_cm_id* reques
         std::memcpy(&in6.sin6_addr, pa.cm_ip.data(), 16);
       }
       sockaddr_storage src = cm_source_;
-      if (rdma_resolve_addr(p.id, reinterpret_cast<sockaddr*>(&src),
-                            reinterpret_cast<sockaddr*>(&dst), kCmTimeoutMs) != 0) {
+      if (api_->resolve_addr(p.id, reinterpret_cast<sockaddr*>(&src),
+                             reinterpret_cast<sockaddr*>(&dst), kCmTimeoutMs) != 0) {
         return failed("rdma_resolve_addr");
       }
       return Status::Ok();
     }
     case A::kResolveRoute:
-      return rdma_resolve_route(p.id, kCmTimeoutMs) == 0 ? Status::Ok()
-                                                         : failed("rdma_resolve_route");
+      return api_->resolve_route(p.id, kCmTimeoutMs) == 0 ? Status::Ok()
+                                                          : failed("rdma_resolve_route");
     case A::kConnect: {
       rdma_conn_param cp = conn_param(peer, hello);
-      return rdma_connect(p.id, &cp) == 0 ? Status::Ok() : failed("rdma_connect");
+      return api_->connect(p.id, &cp) == 0 ? Status::Ok() : failed("rdma_connect");
     }
     case A::kModifyQpFromCm:
       if (p.id == nullptr && request != nullptr) {  // the passive side adopts the request's id
@@ -725,21 +735,21 @@ Status VerbsTransport::perform(int peer, verbs::ConnAction a, rdma_cm_id* reques
       return modify_qp_from_store(peer);
     case A::kAccept: {
       rdma_conn_param cp = conn_param(peer, hello);
-      return rdma_accept(p.id, &cp) == 0 ? Status::Ok() : failed("rdma_accept");
+      return api_->accept(p.id, &cp) == 0 ? Status::Ok() : failed("rdma_accept");
     }
     case A::kEstablish:
-      return rdma_establish(p.id) == 0 ? Status::Ok() : failed("rdma_establish");
+      return api_->establish(p.id) == 0 ? Status::Ok() : failed("rdma_establish");
     case A::kReject:
       if (request != nullptr) {
-        rdma_reject(request, nullptr, 0);
-        rdma_destroy_id(request);  // its event was acknowledged before (progress_cm)
+        api_->reject(request, nullptr, 0);
+        api_->destroy_id(request);  // its event was acknowledged before (progress_cm)
       }
       return Status::Ok();
     case A::kDisconnect:
-      if (p.id != nullptr) rdma_disconnect(p.id);
+      if (p.id != nullptr) api_->disconnect(p.id);
       return Status::Ok();
     case A::kDestroyId:
-      if (p.id != nullptr) rdma_destroy_id(p.id);
+      if (p.id != nullptr) api_->destroy_id(p.id);
       p.id = nullptr;
       return Status::Ok();
     case A::kReportConnected:
@@ -781,8 +791,8 @@ void VerbsTransport::on_connect_request(rdma_cm_id* id, std::span<const uint8_t>
   if (!hello.ok()) {
     EC_WARN(kNet, "verbs: rank %d refuses an rdma_cm request: %s", rank(),
             std::string(hello.status().message()).c_str());
-    rdma_reject(id, nullptr, 0);
-    rdma_destroy_id(id);
+    api_->reject(id, nullptr, 0);
+    api_->destroy_id(id);
     return;
   }
   const int peer = hello.value().from;
@@ -794,8 +804,8 @@ void VerbsTransport::on_connect_request(rdma_cm_id* id, std::span<const uint8_t>
   } else if (started(peer) && hello.value().instance != p.address.instance) {
     EC_WARN(kNet, "verbs: rank %d refuses an rdma_cm request from another instance of rank %d",
             rank(), peer);
-    rdma_reject(id, nullptr, 0);
-    rdma_destroy_id(id);
+    api_->reject(id, nullptr, 0);
+    api_->destroy_id(id);
     return;
   }
   drive(peer, verbs::ConnEvent::kConnectRequest, {}, id);
@@ -804,7 +814,7 @@ void VerbsTransport::on_connect_request(rdma_cm_id* id, std::span<const uint8_t>
 void VerbsTransport::progress_cm() {
   if (cm_channel_ == nullptr) return;
   rdma_cm_event* event = nullptr;
-  while (rdma_get_cm_event(cm_channel_, &event) == 0) {
+  while (api_->get_cm_event(cm_channel_, &event) == 0) {
     // Copied, then acknowledged before acting: rdma_destroy_id() waits for the acknowledgement
     // of every event of its id, and an action below may destroy it.
     const rdma_cm_event_type type = event->event;
@@ -813,14 +823,14 @@ void VerbsTransport::progress_cm() {
     const auto* pd = static_cast<const uint8_t*>(event->param.conn.private_data);
     const std::vector<uint8_t> data(pd,
                                     pd == nullptr ? pd : pd + event->param.conn.private_data_len);
-    rdma_ack_cm_event(event);
+    api_->ack_cm_event(event);
     if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
       on_connect_request(id, data);
       continue;
     }
     const auto peer = static_cast<int>(reinterpret_cast<intptr_t>(id->context));
     if (id == listen_id_ || peer < 0 || peer >= size() || !peers_[peer].conn) continue;
-    const std::string detail = std::string(rdma_event_str(type)) +
+    const std::string detail = std::string(api_->event_str(type)) +
                                (status != 0 ? " (status " + std::to_string(status) + ")" : "");
     using E = verbs::ConnEvent;
     switch (type) {
@@ -1041,7 +1051,7 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
       // Classified by wr_id: an error completion's opcode is undefined.
       if (w.wr_id & kReceive) {
         if (w.status != IBV_WC_SUCCESS) {
-          if (w.status != IBV_WC_WR_FLUSH_ERR) fail_peer(peer, ibv_wc_status_str(w.status));
+          if (w.status != IBV_WC_WR_FLUSH_ERR) fail_peer(peer, api_->wc_status_str(w.status));
           continue;
         }
         if (w.opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(w.wc_flags & IBV_WC_WITH_IMM)) {
@@ -1062,7 +1072,7 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
       if (p.sends > 0) --p.sends;
       if (w.wr_id & kCreditWrite) {
         if (w.status != IBV_WC_SUCCESS && w.status != IBV_WC_WR_FLUSH_ERR) {
-          fail_peer(peer, ibv_wc_status_str(w.status));
+          fail_peer(peer, api_->wc_status_str(w.status));
         }
         continue;
       }
@@ -1070,7 +1080,7 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
       const SendSlot s = slots_[w.wr_id];
       free_slots_.push_back(static_cast<uint32_t>(w.wr_id));
       if (w.status != IBV_WC_SUCCESS) {
-        if (w.status != IBV_WC_WR_FLUSH_ERR) fail_peer(peer, ibv_wc_status_str(w.status));
+        if (w.status != IBV_WC_WR_FLUSH_ERR) fail_peer(peer, api_->wc_status_str(w.status));
         continue;
       }
       out[n++] =
@@ -1120,7 +1130,7 @@ void VerbsTransport::wait(std::chrono::nanoseconds timeout) {
     if (fds[0].revents & POLLIN) {
       ibv_cq* cq = nullptr;
       void* ctx = nullptr;
-      if (ibv_get_cq_event(channel_, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+      if (api_->get_cq_event(channel_, &cq, &ctx) == 0) api_->ack_cq_events(cq, 1);
     }
     if (fds[1].revents & POLLIN) {
       uint64_t drained;
@@ -1141,20 +1151,20 @@ void VerbsTransport::close() {
   // rdma_cm ids before the queue pairs and the channel (ids must go before their channel).
   for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) {
     if (peers_[peer].conn) drive(peer, verbs::ConnEvent::kClose);
-    if (peers_[peer].id != nullptr) rdma_destroy_id(peers_[peer].id);
+    if (peers_[peer].id != nullptr) api_->destroy_id(peers_[peer].id);
     peers_[peer].id = nullptr;
   }
-  if (listen_id_ != nullptr) rdma_destroy_id(listen_id_);
+  if (listen_id_ != nullptr) api_->destroy_id(listen_id_);
   listen_id_ = nullptr;
-  if (cm_channel_ != nullptr) rdma_destroy_event_channel(cm_channel_);
+  if (cm_channel_ != nullptr) api_->destroy_event_channel(cm_channel_);
   cm_channel_ = nullptr;
   for (Peer& p : peers_) {
-    if (p.qp != nullptr) ibv_destroy_qp(p.qp);
+    if (p.qp != nullptr) api_->destroy_qp(p.qp);
     p.qp = nullptr;
   }
-  if (cq_ != nullptr) ibv_destroy_cq(cq_);
+  if (cq_ != nullptr) api_->destroy_cq(cq_);
   cq_ = nullptr;
-  if (channel_ != nullptr) ibv_destroy_comp_channel(channel_);
+  if (channel_ != nullptr) api_->destroy_comp_channel(channel_);
   channel_ = nullptr;
   credit_in_.reset();  // regions held by users keep the device context alive themselves
   credit_out_.reset();
@@ -1168,7 +1178,8 @@ Result<std::unique_ptr<Transport>> create_verbs_transport(const TransportParams&
                        params.rank, params.size);
   }
   const Config defaults;
-  auto t = std::make_unique<VerbsTransport>(params.rank, params.size);
+  EC_ASSIGN_OR_RETURN(const verbs::VerbsApi* api, verbs::system_verbs_api());
+  auto t = std::make_unique<VerbsTransport>(params.rank, params.size, *api);
   EC_RETURN_IF_ERROR(t->init(params.config != nullptr ? *params.config : defaults));
   return std::unique_ptr<Transport>(std::move(t));
 }
