@@ -234,6 +234,12 @@ Status CommCore::connect(Store& store, const std::string& scope) {
     EC_ASSIGN_OR_RETURN(Bytes inbox, store.get(p + "inbox/" + ps, config_.timeout));
     EC_RETURN_IF_ERROR(mailbox_->connect_peer(peer, inbox));
   }
+  // Nobody sends before every rank has connected to every peer: a verbs queue pair drops what
+  // arrives before it is ready to receive (RTR), and the sender's retries run out in about half
+  // a second, so a healthy but slower rank would be reported lost (issue 18, defect 2; perftest
+  // and NCCL handshake once more after RTR for the same reason).
+  EC_RETURN_IF_ERROR(store.set(p + "connected/" + me, to_bytes("1")));
+  EC_RETURN_IF_ERROR(wait_for_all(store, scope, "connected/"));
   return connect_small_boxes(store, scope);
 }
 

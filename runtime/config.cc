@@ -281,6 +281,13 @@ constexpr Variable kVariables[] = {
             "bootstrap store; auto: cm when the device has an IP address and the peer offers "
             "cm too, else store",
      .field = field<&Config::ib_connect>()},
+    {.name = "EAGERCOMM_VERBS_EMULATE",
+     .kind = Kind::kBool,
+     .default_text = "0",
+     .doc = "run the verbs transport on eagercomm's emulated RDMA device (ranks as threads or "
+            "as processes of one host, shared memory as the wire) instead of the host's "
+            "rdma-core: a test and development aid with a NIC's semantics, not a fast path",
+     .field = field<&Config::verbs_emulate>()},
     // Where a process stands in its job. eagercomm-run sets these; under mpirun, srun or
     // torchrun their own variables are read instead (these override them when set).
     {.name = "EAGERCOMM_RANK",

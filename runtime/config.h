@@ -58,6 +58,7 @@ struct Config {
   uint32_t ib_port = 0;
   uint32_t ib_gid_index = kAutoIndex;
   IbConnectMode ib_connect = IbConnectMode::kAuto;  // rdma_cm, or QP numbers via the store
+  bool verbs_emulate = false;  // the verbs transport runs on the emulated device (tests)
   // Where this process stands in its job (launcher variables; see launch_env.h).
   uint32_t rank = 0;
   uint32_t size = 1;

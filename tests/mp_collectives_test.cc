@@ -310,6 +310,9 @@ TEST(MultiProcess, TimeoutWhenAPeerIsLateLeavesTheRequestUsable) {
   Communicator& c = *g_comm;
   const int P = c.size(), r = c.rank();
   if (P < 2) GTEST_SKIP() << "needs two ranks";
+  // Start together (a rank still finishing the previous test must not eat the late rank's
+  // lateness), then one rank is late.
+  ASSERT_TRUE(c.barrier().ok());
   if (r == P - 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
   int64_t x = r;
   auto req = c.allreduce_async(&x, &x, 1, DataType::kInt64, ReduceOp::kSum);

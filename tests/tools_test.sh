@@ -26,6 +26,10 @@ for var in TRANSPORT LOG_LEVEL LOG_SUBSYS LOG_FILE TIMEOUT SPIN PROGRESS_THREAD 
   grep -q "^EAGERCOMM_$var=" "$tmp/info.txt" || fail "eagercomm-info does not list EAGERCOMM_$var"
 done
 grep -q "inproc  compiled=yes available=yes" "$tmp/info.txt" || fail "inproc not listed as available"
+if grep -q "verbs   compiled=yes" "$tmp/info.txt"; then
+  EAGERCOMM_VERBS_EMULATE=1 "$info" 2>/dev/null | grep "verbs   compiled=yes available=yes" |
+    grep -q "emulated RDMA device" || fail "EAGERCOMM_VERBS_EMULATE=1: verbs not listed as available (emulated)"
+fi
 EAGERCOMM_SLOT_BYTES=1M "$info" -c | grep -A1 '^EAGERCOMM_SLOT_BYTES=1MiB' | grep -q 'source: environment' \
   || fail "eagercomm-info does not say where a value came from"
 

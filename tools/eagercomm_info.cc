@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     for (const auto& t : eagercomm::list_transports()) {
       std::printf("#   %-7s compiled=%-3s available=%-3s %s%s%s\n", t.name.c_str(),
                   t.compiled ? "yes" : "no", t.available ? "yes" : "no", t.description.c_str(),
-                  t.available ? "" : " -- ", t.available ? "" : t.reason.c_str());
+                  t.reason.empty() ? "" : " -- ", t.reason.c_str());
     }
   }
   if (show_transports) {

@@ -82,6 +82,11 @@ std::vector<TransportInfo> list_transports() {
                                         "librdmacm-dev and reconfigure)"
                                       : "not built into this library yet";
     } else if (name == "verbs") {  // usable only where an RDMA port is active
+      if (Result<Config> env = Config::from_environ(); env.ok() && env.value().verbs_emulate) {
+        info.reason = "on the emulated RDMA device (EAGERCOMM_VERBS_EMULATE=1), not a NIC";
+        out.push_back(std::move(info));
+        continue;
+      }
       const verbs::DeviceList devices = verbs::list_verbs_devices();
       const auto chosen = verbs::choose_endpoint(devices.devices, Config{}, devices.reason);
       info.available = chosen.ok();

@@ -28,7 +28,7 @@ struct TransportInfo {
   std::string description;
   bool compiled = false;   // built into this library
   bool available = false;  // usable on this machine right now
-  std::string reason;      // why not, when !available
+  std::string reason;      // why not, when !available; a note when available (emulated)
 };
 
 // Every backend the registry knows, compiled in or not, with its availability here.

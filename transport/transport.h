@@ -7,7 +7,10 @@
 //     (mailboxes, signals); register_memory() registers a user buffer. Both return a region
 //     whose packed remote key a peer imports with import_region() to write into it.
 //   - local_address() / connect(): address blobs are exchanged through the bootstrap store;
-//     connect() never blocks.
+//     connect() never blocks. A peer may drop what arrives before it has called connect() for
+//     the sender (a verbs queue pair not yet ready to receive), so the first write or notify to
+//     a peer waits until that peer has connected too: the bootstrap calls connect() for every
+//     peer on every rank, then waits for every rank in the store before any traffic.
 //   - write(): copies bytes from a local region into a peer's region, then delivers a 32-bit
 //     notification tag that the peer sees in its own poll() only after the data is visible in
 //     its memory. Writes and notifications from one rank to one peer are delivered in the order
