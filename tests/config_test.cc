@@ -74,6 +74,7 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_IB_PORT", "0"},
       {"EAGERCOMM_IB_GID_INDEX", "auto"},
       {"EAGERCOMM_IB_CONNECT", "auto"},
+      {"EAGERCOMM_VERBS_EMULATE", "0"},
       {"EAGERCOMM_RANK", "0"},
       {"EAGERCOMM_SIZE", "1"},
       {"EAGERCOMM_LOCAL_RANK", "0"},
