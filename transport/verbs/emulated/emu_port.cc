@@ -79,7 +79,6 @@ Result<std::unique_ptr<Port>> Port::create() {
     for (QpSlot& q : s->qps) q.state.store(kQpFree, std::memory_order_relaxed);
     for (uint32_t i = 0; i < kRingSlots; ++i) s->ring[i].seq.store(i, std::memory_order_relaxed);
     s->version = kVersion;
-    std::atomic_thread_fence(std::memory_order_release);
     reinterpret_cast<std::atomic<uint64_t>*>(&s->magic)->store(kMagic, std::memory_order_release);
     return std::unique_ptr<Port>(new Port(s, lid, true, name));
   }
