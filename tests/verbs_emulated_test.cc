@@ -181,7 +181,7 @@ TEST(VerbsEmulated, NotifyGivesNoWriteDone) {
   }
 }
 
-TEST(VerbsEmulated, AWriteOutsideTheRegionIsAnAccessErrorThatLosesThePeer) {
+TEST(VerbsEmulated, AStaleRkeyIsAnAccessErrorThatLosesThePeer) {
   const Config config = emulated();
   auto t = connected_world(2, config);
   ASSERT_EQ(t.size(), 2u);

@@ -134,7 +134,7 @@ ibv_mtu mtu_enum(uint32_t bytes) {
 class VerbsTransport final : public Transport {
  public:
   VerbsTransport(int rank, int size, const verbs::VerbsApi& api)
-      : Transport(rank, size), api_(&api) {}
+      : Transport(rank, size), core_(std::make_shared<Core>(api)), api_(&core_->api) {}
   ~VerbsTransport() override { close(); }
 
   Status init(const Config& config);
@@ -207,8 +207,8 @@ class VerbsTransport final : public Transport {
   void drain_sends();
   uint64_t credit_word(int peer) const;
 
-  const verbs::VerbsApi* api_;
   std::shared_ptr<Core> core_;
+  const verbs::VerbsApi* const api_;  // core_->api, the table every call goes through
   verbs::Endpoint endpoint_;
   uint64_t instance_ = 0;
   ibv_comp_channel* channel_ = nullptr;
@@ -241,7 +241,6 @@ class VerbsTransport final : public Transport {
 Status VerbsTransport::init(const Config& config) {
   const verbs::DeviceList list = verbs::list_verbs_devices(*api_);
   EC_ASSIGN_OR_RETURN(endpoint_, verbs::choose_endpoint(list.devices, config, list.reason));
-  core_ = std::make_shared<Core>(*api_);
   int count = 0;
   ibv_device** devices = api_->get_device_list(&count);
   for (int i = 0; devices != nullptr && i < count && core_->ctx == nullptr; ++i) {

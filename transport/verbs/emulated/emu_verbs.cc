@@ -107,12 +107,6 @@ struct Qp {
 };
 using QpHandle = Handle<ibv_qp, Qp>;
 
-struct Mr {
-  uint32_t slot = 0;
-};
-using MrHandle = Handle<ibv_mr, Mr>;
-using PdHandle = Handle<ibv_pd, Context>;
-
 struct Context {
   ibv_context* handle = nullptr;
   std::unique_ptr<Port> port;
@@ -128,8 +122,7 @@ struct Context {
 using ContextHandle = Handle<ibv_context, Context>;
 
 static_assert(std::is_standard_layout_v<QpHandle> && std::is_standard_layout_v<CqHandle> &&
-              std::is_standard_layout_v<ContextHandle> && std::is_standard_layout_v<MrHandle> &&
-              std::is_standard_layout_v<ChannelHandle> && std::is_standard_layout_v<PdHandle>);
+              std::is_standard_layout_v<ContextHandle> && std::is_standard_layout_v<ChannelHandle>);
 
 template <typename H, typename B>
 auto impl_of(B* base) {
@@ -363,8 +356,7 @@ bool run_head(Context& ctx, Qp& qp, Clock::time_point now, Clock::time_point* ne
         qp.sq.pop_front();
       }
       if (done.signaled) {
-        complete(*qp.send_cq, make_wc(qp, done.wr_id, IBV_WC_SUCCESS,
-                                      with_imm ? IBV_WC_RDMA_WRITE : IBV_WC_RDMA_WRITE));
+        complete(*qp.send_cq, make_wc(qp, done.wr_id, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
       }
       return true;
     }
@@ -569,13 +561,12 @@ int query_gid_ex(ibv_context* c, uint32_t port, uint32_t index, ibv_gid_entry* e
 }
 
 ibv_pd* alloc_pd(ibv_context* c) {
-  auto pd = std::make_unique<PdHandle>();
-  pd->base.context = c;
-  pd->impl = ctx_of(c);
-  return &pd.release()->base;
+  auto pd = std::make_unique<ibv_pd>();  // a domain holds nothing here: regions name the context
+  pd->context = c;
+  return pd.release();
 }
 int dealloc_pd(ibv_pd* pd) {
-  std::unique_ptr<PdHandle> owned(reinterpret_cast<PdHandle*>(pd));
+  std::unique_ptr<ibv_pd> owned(pd);
   return 0;
 }
 
@@ -592,23 +583,22 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
     m.length = length;
     m.device = m.addr;
     m.rkey.store(key, std::memory_order_release);
-    auto mr = std::make_unique<MrHandle>();
-    mr->base.context = pd->context;
-    mr->base.pd = pd;
-    mr->base.addr = addr;
-    mr->base.length = length;
-    mr->base.lkey = key;
-    mr->base.rkey = key;
-    mr->base.handle = i;
-    mr->impl = nullptr;
-    return &mr.release()->base;
+    auto mr = std::make_unique<ibv_mr>();  // the slot index is its handle
+    mr->context = pd->context;
+    mr->pd = pd;
+    mr->addr = addr;
+    mr->length = length;
+    mr->lkey = key;
+    mr->rkey = key;
+    mr->handle = i;
+    return mr.release();
   }
   errno = ENOMEM;
   return nullptr;
 }
 
 int dereg_mr(ibv_mr* mr) {
-  std::unique_ptr<MrHandle> owned(reinterpret_cast<MrHandle*>(mr));
+  std::unique_ptr<ibv_mr> owned(mr);
   Context& ctx = *ctx_of(mr->context);
   std::lock_guard<std::mutex> lock(ctx.mu);
   ctx.port->shared().mrs[mr->handle].rkey.store(0, std::memory_order_release);
