@@ -281,6 +281,40 @@ constexpr Variable kVariables[] = {
             "bootstrap store; auto: cm when the device has an IP address and the peer offers "
             "cm too, else store",
      .field = field<&Config::ib_connect>()},
+    // Like NCCL_IB_TIMEOUT / _RETRY_CNT / _SL / _TC; the same on the cm and store paths.
+    {.name = "EAGERCOMM_IB_TIMEOUT",
+     .kind = Kind::kInt,
+     .default_text = "18",
+     .min = 1,
+     .max = 31,
+     .doc = "verbs ACK timeout per try, IB-encoded: 4.096 us x 2^value (18: 1.07 s); a dead peer "
+            "is found after (EAGERCOMM_IB_RETRY_CNT + 1) tries. Lower finds it sooner; too low "
+            "fails healthy peers on a congested fabric",
+     .field = field<&Config::ib_timeout>()},
+    {.name = "EAGERCOMM_IB_RETRY_CNT",
+     .kind = Kind::kInt,
+     .default_text = "7",
+     .max = 7,
+     .doc = "verbs transport retries after an ACK timeout before a write fails and its peer is "
+            "reported lost",
+     .field = field<&Config::ib_retry_cnt>()},
+    {.name = "EAGERCOMM_IB_SL",
+     .kind = Kind::kInt,
+     .default_text = "auto",
+     .max = 15,
+     .doc = "InfiniBand service level of the verbs queue pairs (with RoCE: the priority the "
+            "NIC maps it to); auto: the path record's on the cm path, 0 on the store path",
+     .field = field<&Config::ib_sl>(),
+     .allows_auto = true},
+    {.name = "EAGERCOMM_IB_TC",
+     .kind = Kind::kInt,
+     .default_text = "auto",
+     .max = 255,
+     .doc = "traffic class of the verbs queue pairs' GRH (RoCE: DSCP << 2 | ECN; set it to the "
+            "lossless class on a PFC fabric); auto: rdma_cm's on the cm path, 0 on the store "
+            "path",
+     .field = field<&Config::ib_tc>(),
+     .allows_auto = true},
     {.name = "EAGERCOMM_VERBS_EMULATE",
      .kind = Kind::kBool,
      .default_text = "0",

@@ -58,6 +58,12 @@ struct Config {
   uint32_t ib_port = 0;
   uint32_t ib_gid_index = kAutoIndex;
   IbConnectMode ib_connect = IbConnectMode::kAuto;  // rdma_cm, or QP numbers via the store
+  // Queue-pair transport settings, on both connection paths (IB encodings; kAutoIndex: the
+  // path's own SL / traffic class on the cm path, 0 on the store path).
+  uint32_t ib_timeout = 18;
+  uint32_t ib_retry_cnt = 7;
+  uint32_t ib_sl = kAutoIndex;
+  uint32_t ib_tc = kAutoIndex;
   bool verbs_emulate = false;  // the verbs transport runs on the emulated device (tests)
   // Where this process stands in its job (launcher variables; see launch_env.h).
   uint32_t rank = 0;

@@ -240,20 +240,55 @@ Result<DmaBuf> export_dmabuf(const void* p, size_t bytes) {
   return DmaBuf{UniqueFd(fd), begin - base};
 }
 
-Status flush_rdma_writes() {
-  int device = 0;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+Result<int> device_of(const void* p) {
+  cudaPointerAttributes a{};
+  if (const cudaError_t e = cudaPointerGetAttributes(&a, p); e != cudaSuccess) {
+    return cuda_error(e, "cudaPointerGetAttributes");
+  }
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {
+    return make_status(StatusCode::kInvalidArgument, "%p is not device memory", p);
+  }
+  return a.device;
+}
+
+Result<RdmaWriteCaps> rdma_write_caps(int device) {
+  int count = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    return cuda_error(e, "cudaGetDeviceCount");
+  }
+  if (device < 0 || device >= count) {
+    return make_status(StatusCode::kInvalidArgument, "CUDA: no GPU %d (%d present)", device, count);
+  }
+  RdmaWriteCaps caps;
+  // An attribute this driver does not know reads as 0: "no ordering", "no flush".
+  if (cudaDeviceGetAttribute(&caps.ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, device) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    caps.ordering = 0;
+  }
+  if (cudaDeviceGetAttribute(&caps.flush_options, cudaDevAttrGPUDirectRDMAFlushWritesOptions,
+                             device) != cudaSuccess) {
+    cudaGetLastError();
+    caps.flush_options = 0;
+  }
+  return caps;
+}
+
+Status flush_rdma_writes(int device) {
+  // The flush targets the current device: the owner of the memory, not the polling thread's
+  // (the progress thread's current device is GPU 0, and a call there would create a context).
+  int current = 0;
+  if (const cudaError_t e = cudaGetDevice(&current); e != cudaSuccess) {
     return cuda_error(e, "cudaGetDevice");
   }
-  // Devices that order NIC writes for their own work (owner scope) need no flush.
-  int ordering = 0;
-  if (cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, device) ==
-          cudaSuccess &&
-      ordering >= cudaGPUDirectRDMAWritesOrderingOwner) {
-    return Status::Ok();
+  if (current != device) {
+    if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+      return cuda_error(e, "cudaSetDevice");
+    }
   }
   const cudaError_t e = cudaDeviceFlushGPUDirectRDMAWrites(
       cudaFlushGPUDirectRDMAWritesTargetCurrentDevice, cudaFlushGPUDirectRDMAWritesToOwner);
+  if (current != device) cudaSetDevice(current);
   return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaDeviceFlushGPUDirectRDMAWrites");
 }
 
@@ -374,7 +409,13 @@ PinnedBuffer::~PinnedBuffer() = default;
 Result<DmaBuf> export_dmabuf(const void*, size_t) {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
-Status flush_rdma_writes() { return Status(StatusCode::kUnavailable, "this build has no CUDA"); }
+Result<int> device_of(const void*) {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+Result<RdmaWriteCaps> rdma_write_caps(int) {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+Status flush_rdma_writes(int) { return Status(StatusCode::kUnavailable, "this build has no CUDA"); }
 Result<IpcExport> ipc_export(const void*) {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }

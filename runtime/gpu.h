@@ -153,12 +153,24 @@ struct DmaBuf {
 };
 Result<DmaBuf> export_dmabuf(const void* p, size_t bytes);
 
-// Makes writes that a NIC made into this device's memory (GPUDirect RDMA) visible to work the
-// host launches on it from now on: cudaDeviceFlushGPUDirectRDMAWrites, skipped where the device
-// orders such writes for its own work (cudaDevAttrGPUDirectRDMAWritesOrdering). See
-// transport/verbs/verbs_transport.cc for why the verbs transport calls it before delivering a
-// notification.
-Status flush_rdma_writes();
+// The device that owns device (or managed) memory `p`; kInvalidArgument for host memory.
+Result<int> device_of(const void* p);
+
+// What `device` offers for NIC writes into its memory (GPUDirect RDMA): the values of
+// cudaDevAttrGPUDirectRDMAWritesOrdering and cudaDevAttrGPUDirectRDMAFlushWritesOptions (0 where
+// the attribute is unknown). transport/verbs/gpudirect.h decides from them.
+struct RdmaWriteCaps {
+  int ordering = 0;
+  int flush_options = 0;
+};
+Result<RdmaWriteCaps> rdma_write_caps(int device);
+
+// Makes writes that a NIC made into `device`'s memory visible to work the host launches on it
+// from now on: cudaDeviceFlushGPUDirectRDMAWrites, run with `device` current (on the calling
+// thread, whose current device is restored). Call it only where rdma_write_caps says the device
+// needs and supports it. See transport/verbs/verbs_transport.cc for why the verbs transport calls
+// it before delivering a notification.
+Status flush_rdma_writes(int device);
 
 // CUDA IPC: a handle for a cudaMalloc'ed range that another process on the host can open.
 using IpcHandle = std::array<uint8_t, 64>;  // cudaIpcMemHandle_t's bytes

@@ -85,6 +85,22 @@ TEST(GpuDirect, FailedMethodsAreSkippedAndStagingNamesEveryReason) {
             "GPU driver both support dma-buf");
 }
 
+// Defect 4 of issue 18: the flush ran whatever the device's attributes said (and on the
+// polling thread's device). The choice follows the owning device's attributes.
+TEST(GpuDirectFlush, FollowsTheDevicesOrderingAndFlushAttributes) {
+  using verbs::GpuDirectFlush;
+  // cudaGPUDirectRDMAWritesOrdering: None 0, Owner 100, AllDevices 200;
+  // cudaFlushGPUDirectRDMAWritesOptions: Host 1, MemOps 2.
+  EXPECT_EQ(verbs::choose_gpudirect_flush(100, 0).action, GpuDirectFlush::kNotNeeded);
+  EXPECT_EQ(verbs::choose_gpudirect_flush(200, 3).action, GpuDirectFlush::kNotNeeded);
+  EXPECT_EQ(verbs::choose_gpudirect_flush(0, 1).action, GpuDirectFlush::kFlush);
+  EXPECT_EQ(verbs::choose_gpudirect_flush(0, 3).action, GpuDirectFlush::kFlush);
+  const verbs::GpuDirectFlushChoice none = verbs::choose_gpudirect_flush(0, 2);
+  EXPECT_EQ(none.action, GpuDirectFlush::kUnsupported) << "MemOps only: no host-side flush";
+  EXPECT_NE(none.why.find("not see"), std::string::npos) << none.why;
+  EXPECT_EQ(verbs::choose_gpudirect_flush(0, 0).action, GpuDirectFlush::kUnsupported);
+}
+
 // The GPU helpers the transports use, on a machine without a GPU: clear errors, no crash.
 TEST(GpuHelpers, WithoutAGpuEveryCallSaysSo) {
   if (!gpu::query().devices.empty()) GTEST_SKIP() << "a GPU is present: tests/gpu/ covers these";
@@ -98,7 +114,10 @@ TEST(GpuHelpers, WithoutAGpuEveryCallSaysSo) {
   unavailable(gpu::PinnedBuffer::allocate(4096).status(), "PinnedBuffer::allocate");
   unavailable(gpu::ipc_export(host.data()).status(), "ipc_export");
   unavailable(gpu::IpcMapping::open(gpu::IpcHandle{}).status(), "IpcMapping::open");
-  unavailable(gpu::flush_rdma_writes(), "flush_rdma_writes");
+  unavailable(gpu::flush_rdma_writes(0), "flush_rdma_writes");
+  unavailable(gpu::rdma_write_caps(0).status(), "rdma_write_caps");
+  int on_stack = 0;
+  unavailable(gpu::device_of(&on_stack).status(), "device_of");
   unavailable(gpu::zero(host.data(), 16), "zero");
 }
 

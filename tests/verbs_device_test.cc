@@ -97,6 +97,31 @@ TEST(VerbsChoice, RoceWithoutIpv4FallsBackToV2ThenAnyGid) {
   EXPECT_NE(r.status().message().find("GID table is empty"), std::string::npos);
 }
 
+// Defect 8 of issue 18: a port with addresses on two VLANs (198.18.0.7 on the base interface,
+// 198.18.5.9 on a VLAN) has a v2 GID for each; the one for the IP rdma_cm uses is chosen, not
+// the first IPv4 entry, and IPv6 addresses are matched as they are.
+TEST(VerbsChoice, TheRoceGidOfTheCmAddressIsFoundByItsIp) {
+  PortInfo p = roce("mlx5_0").ports[0];
+  p.gids.push_back(gid({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 5, 9}, false));
+  p.gids.push_back(gid({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 5, 9}, true));
+  const std::array<uint8_t, 16> vlan_ip = {198, 18, 5, 9};
+  const std::array<uint8_t, 16> base_ip = {198, 18, 0, 7};
+  EXPECT_EQ(roce_gid_of_ip(p, 4, vlan_ip), 7) << "the v2 entry, not the v1 one at 6";
+  EXPECT_EQ(roce_gid_of_ip(p, 4, base_ip), 3);
+  const std::array<uint8_t, 16> other = {10, 0, 0, 1};
+  EXPECT_EQ(roce_gid_of_ip(p, 4, other), -1);
+  const Gid v6 = gid({0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9}, true);
+  p.gids.push_back(v6);
+  EXPECT_EQ(roce_gid_of_ip(p, 6, v6.raw), 8);
+  const std::vector<DeviceInfo> devices = {roce("mlx5_0"), roce("mlx5_1")};
+  Endpoint e;
+  e.device = "mlx5_1";
+  e.port = 1;
+  EXPECT_EQ(find_port(devices, e), &devices[1].ports[0]);
+  e.port = 2;
+  EXPECT_EQ(find_port(devices, e), nullptr);
+}
+
 TEST(VerbsChoice, InfinibandUsesTheLidAndNoGidUnlessAsked) {
   const std::vector<DeviceInfo> devices = {ib("mlx5_0")};
   auto r = choose_endpoint(devices, Config{});

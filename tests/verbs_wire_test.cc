@@ -18,6 +18,7 @@ QpAddress sample_address(int rank, int size) {
   a.mtu = 4096;
   a.use_gid = true;
   a.gid_index = 3;
+  a.gid_roce_v2 = true;
   a.gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, 7};
   a.credit_addr = 0x7f0000001000ull;
   a.credit_rkey = 0xabcd;
@@ -33,6 +34,7 @@ TEST(VerbsWire, AddressRoundTrips) {
   EXPECT_EQ(d.value().mtu, 4096u);
   EXPECT_TRUE(d.value().use_gid);
   EXPECT_EQ(d.value().gid_index, 3);
+  EXPECT_TRUE(d.value().gid_roce_v2);
   EXPECT_EQ(d.value().gid, a.gid);
   EXPECT_EQ(d.value().credit_addr, a.credit_addr);
   EXPECT_EQ(d.value().credit_rkey, a.credit_rkey);

@@ -46,6 +46,10 @@ struct Mailroom {
   BoundedQueue<Note> notes;
   EventCount event;
   std::atomic<bool> woken{false};
+  // The owner's close(): peers' write() and notify() that start after it refuse. (One already
+  // copying may finish: the memory stays alive while imported. No count of writers: that would
+  // be two contended read-modify-writes on every write.)
+  std::atomic<bool> closed{false};
 };
 
 class Fabric {
@@ -129,8 +133,17 @@ class InprocTransport final : public Transport {
  public:
   InprocTransport(int rank, int size, std::shared_ptr<Fabric> fabric)
       : Transport(rank, size), fabric_(std::move(fabric)), room_(fabric_->room(rank)) {}
+  ~InprocTransport() override { close(); }
 
   std::string_view name() const override { return "inproc"; }
+
+  // Stores through mapped_address() are the peers' own and cannot be stopped; everything that
+  // goes through write() and notify() is.
+  void close() override {
+    if (closed_) return;
+    closed_ = true;
+    room_.closed.store(true, std::memory_order_release);
+  }
 
   Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes, MemoryKind kind) override {
     EC_RETURN_IF_ERROR(check_kind(kind, "allocate"));
@@ -225,6 +238,8 @@ class InprocTransport final : public Transport {
                          bytes, local_offset, bytes, local.size(), remote_offset, bytes,
                          remote.size());
     }
+    if (closed_) return Status(StatusCode::kAborted, "inproc: write: this transport was closed");
+    if (peer_has_closed(remote.peer())) return peer_closed(remote.peer(), "write");
     if (!has_room(remote.peer())) return Status(StatusCode::kBusy, {});
     // Device memory on either side: cudaMemcpy (the pointer is valid here as it is).
     if (const Status copied = copy_for_write(
@@ -244,6 +259,8 @@ class InprocTransport final : public Transport {
 
   Status notify(int peer, uint32_t tag) override {
     EC_RETURN_IF_ERROR(check_peer(peer));
+    if (closed_) return Status(StatusCode::kAborted, "inproc: notify: this transport was closed");
+    if (peer_has_closed(peer)) return peer_closed(peer, "notify");
     return deliver(peer, tag);
   }
 
@@ -258,6 +275,7 @@ class InprocTransport final : public Transport {
   bool maps_peer_memory() const override { return true; }
 
   size_t poll(std::span<TransportCompletion> out) override {
+    if (closed_) return 0;
     size_t n = done_.drain(out);
     Note note;
     while (n < out.size() && room_.notes.try_pop(note)) {
@@ -283,6 +301,14 @@ class InprocTransport final : public Transport {
   }
 
  private:
+  bool peer_has_closed(int peer) {
+    return fabric_->room(peer).closed.load(std::memory_order_acquire);
+  }
+
+  Status peer_closed(int peer, const char* call) const {
+    return make_status(StatusCode::kPeerFailed, "inproc: %s: rank %d has closed its transport",
+                       call, peer);
+  }
   Status check_kind(MemoryKind kind, const char* call) const {
     if (kind == MemoryKind::kHost) return Status::Ok();
     if (kind != MemoryKind::kCuda) {
@@ -312,6 +338,7 @@ class InprocTransport final : public Transport {
   Mailroom& room_;
   LocalCompletions done_;   // local write completions not yet polled
   bool cuda_used_ = false;  // this transport holds device memory (so CUDA is initialized)
+  bool closed_ = false;
 };
 
 }  // namespace

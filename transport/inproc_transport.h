@@ -10,6 +10,10 @@
 // process. Memory a rank allocated stays alive while any peer still holds an imported region of
 // it, so a late write into a destroyed rank's mailbox never touches freed memory.
 //
+// close() (also by destruction): peers' write() and notify() to the rank that start after it
+// fail (kPeerFailed); one already copying may finish, into memory that stays alive; stores
+// through mapped_address() are the peers' own and are not stopped.
+//
 // CUDA memory (allocate / register_memory with MemoryKind::kCuda, when this process has a GPU):
 // the ranks share one address space, so a peer's device pointer is used as it is (no CUDA IPC);
 // write() copies with cudaMemcpy, finished before the notification, whenever either side is

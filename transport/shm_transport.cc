@@ -38,6 +38,10 @@ struct ControlBlock {
   uint32_t ring_capacity;  // likewise
   alignas(64) EventCount event;
   alignas(64) std::atomic<uint32_t> woken;  // sticky wake(): nonzero until a wait() takes it
+  // The owner's close(): nonzero from then on, and peers' write() and notify() that start
+  // after it refuse. (Read-mostly; no count of writers: two contended read-modify-writes per
+  // write on this line would cost every write.)
+  alignas(64) std::atomic<uint32_t> closed;
 };
 constexpr size_t kControlBlockBytes = (sizeof(ControlBlock) + 63) / 64 * 64;
 
@@ -88,10 +92,13 @@ class ShmTransport final : public Transport {
     names_->release_all();
   }
 
-  // The beacon goes first, so peers see a departure (kLeft), not a death.
+  // Peers' write() and notify() refuse once `closed` is set; the beacon goes before the
+  // segments do, so peers see a departure (kLeft), not a death. Stores through
+  // mapped_address() are the peers' own and cannot be stopped.
   void close() override {
     if (closed_) return;
     closed_ = true;
+    block_->closed.store(1, std::memory_order_release);
     beacon_.reset();
   }
 
@@ -210,6 +217,7 @@ class ShmTransport final : public Transport {
     out.live = std::move(live.value());
     auto* block = reinterpret_cast<ControlBlock*>(segment->payload());
     out.ring = shm_ring::Producer(segment->payload() + ring_offset(rank(), capacity), capacity);
+    out.block = block;
     out.event = &block->event;
     out.segment = std::move(segment);
     out.address.assign(address.begin(), address.end());
@@ -242,6 +250,7 @@ class ShmTransport final : public Transport {
     }
     const int peer = remote.peer();
     EC_RETURN_IF_ERROR(check_room(peer));
+    if (peer_has_closed(peer)) return peer_closed(peer, "write");
     if (bytes > 0) {
       const Status copied = copy_for_write(to + remote_offset, to_kind,
                                            static_cast<const uint8_t*>(local.data()) + local_offset,
@@ -261,6 +270,7 @@ class ShmTransport final : public Transport {
   Status notify(int peer, uint32_t tag) override {
     EC_RETURN_IF_ERROR(check_peer(peer, "notify"));
     EC_RETURN_IF_ERROR(check_room(peer));
+    if (peer_has_closed(peer)) return peer_closed(peer, "notify");
     push(peer, tag);
     return Status::Ok();
   }
@@ -334,6 +344,7 @@ class ShmTransport final : public Transport {
   struct Outbox {
     std::unique_ptr<ShmSegment> segment;  // the peer's control segment (none for this rank)
     shm_ring::Producer ring;
+    ControlBlock* block = nullptr;  // the peer's (this rank's own for itself)
     EventCount* event = nullptr;
     std::vector<uint8_t> address;  // what connect() was given, for idempotence
     Status failed;                 // sticky: the peer corrupted the ring, or died
@@ -364,9 +375,19 @@ class ShmTransport final : public Transport {
     }
     Outbox& self = out_[rank()];
     self.ring = shm_ring::Producer(control_->payload() + ring_offset(rank(), capacity), capacity);
+    self.block = block_;
     self.event = &block_->event;
     self.address = address_;
     self.connected = true;
+  }
+
+  bool peer_has_closed(int peer) const {
+    return out_[peer].block->closed.load(std::memory_order_acquire) != 0;
+  }
+
+  Status peer_closed(int peer, const char* call) const {
+    return make_status(StatusCode::kPeerFailed, "shm: %s: rank %d has closed its transport", call,
+                       peer);
   }
 
   Status check_kind(MemoryKind kind, const char* call) const {
@@ -524,6 +545,7 @@ Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportParams& p
   block->ring_capacity = capacity;
   std::construct_at(&block->event);
   std::construct_at(&block->woken, 0u);
+  std::construct_at(&block->closed, 0u);
   for (int s = 0; s < params.size; ++s) {
     shm_ring::init(control->payload() + ring_offset(s, capacity), capacity);
   }

@@ -22,6 +22,10 @@
 //   poll()                  local write completions (a write completes at once), then tags from
 //                           every sender's ring, per-sender FIFO, senders served round-robin.
 //   wait() / wake()         the EventCount protocol; thread-safe, wake() is sticky.
+//   close()                 marks this rank's control block closed: peers' write() and notify()
+//                           to it that start after that fail (kPeerFailed); one already copying
+//                           may finish (the segments stay mapped). Stores through
+//                           mapped_address() are the peers' own and are not stopped.
 //
 // Not offered: register_memory() of host memory (memory of one process cannot be mapped by
 // another after the fact: kNotSupported; collectives use allocate() memory on this backend), and

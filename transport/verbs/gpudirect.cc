@@ -92,4 +92,27 @@ GpuDirectProbe probe_gpudirect() {
   return p;
 }
 
+GpuDirectFlushChoice choose_gpudirect_flush(int ordering, int flush_options) {
+  // CUDA's values (cuda_runtime_api.h), spelled here so the choice builds without CUDA:
+  // cudaGPUDirectRDMAWritesOrderingOwner and cudaFlushGPUDirectRDMAWritesOptionHost.
+  constexpr int kOrderingOwner = 100;
+  constexpr int kFlushFromHost = 1 << 0;
+  if (ordering >= kOrderingOwner) {
+    return {GpuDirectFlush::kNotNeeded,
+            "the device orders NIC writes for its own work (GPUDirectRDMAWritesOrdering " +
+                std::to_string(ordering) + ")"};
+  }
+  if (flush_options & kFlushFromHost) {
+    return {GpuDirectFlush::kFlush,
+            "cudaDeviceFlushGPUDirectRDMAWrites before each notification (the device does not "
+            "order NIC writes itself)"};
+  }
+  return {GpuDirectFlush::kUnsupported,
+          "the device neither orders NIC writes for its own work nor offers "
+          "cudaDeviceFlushGPUDirectRDMAWrites (GPUDirectRDMAFlushWritesOptions " +
+              std::to_string(flush_options) +
+              "): a kernel launched on a notification may read data the NIC wrote but the GPU "
+              "does not see yet"};
+}
+
 }  // namespace eagercomm::verbs

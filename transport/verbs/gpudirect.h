@@ -43,4 +43,17 @@ GpuDirectChoice choose_gpudirect(const GpuDirectProbe& probe,
 std::string gpudirect_log_line(const GpuDirectChoice& choice);
 GpuDirectProbe probe_gpudirect();
 
+// What must follow a NIC's writes into a GPU's memory before a notification lets a consumer
+// launch work that reads them (issue 18, defect 4), from the device's attributes
+// (gpu::rdma_write_caps): nothing where the device orders such writes for its own work
+// (cudaDevAttrGPUDirectRDMAWritesOrdering >= owner), cudaDeviceFlushGPUDirectRDMAWrites where
+// cudaDevAttrGPUDirectRDMAFlushWritesOptions offers it from the host, else nothing can be done
+// from here (logged once per device: the consumer may read data not yet visible).
+enum class GpuDirectFlush { kNotNeeded, kFlush, kUnsupported };
+struct GpuDirectFlushChoice {
+  GpuDirectFlush action = GpuDirectFlush::kUnsupported;
+  std::string why;
+};
+GpuDirectFlushChoice choose_gpudirect_flush(int ordering, int flush_options);
+
 }  // namespace eagercomm::verbs

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
+
 #include "runtime/log.h"
 
 namespace eagercomm::verbs {
@@ -30,6 +32,27 @@ int VerbsApi::query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr) co
 int VerbsApi::query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_entry* entry,
                            uint32_t flags) const {
   return query_gid_ex_sized(ctx, port, index, entry, flags, sizeof(*entry));
+}
+
+ForkProtectionResult enable_fork_protection(const VerbsApi& api) {
+  if (api.is_fork_initialized != nullptr) {
+    switch (api.is_fork_initialized()) {
+      case IBV_FORK_UNNEEDED:
+        return {ForkProtection::kUnneeded, {}};
+      case IBV_FORK_ENABLED:
+        return {ForkProtection::kEnabled, {}};
+      case IBV_FORK_DISABLED:
+        break;
+    }
+  }
+  if (const int e = api.fork_init(); e != 0) {
+    return {ForkProtection::kFailed,
+            std::string("ibv_fork_init: ") + std::strerror(e) +
+                " (memory was registered before eagercomm opened its device: a process forked "
+                "after that, e.g. a DataLoader worker, can corrupt registered memory on kernels "
+                "before 5.13; set RDMAV_FORK_SAFE=1 before starting the job)"};
+  }
+  return {ForkProtection::kEnabled, {}};
 }
 
 Result<VerbsApi> load_verbs_api(const char* ibverbs_library, const char* rdmacm_library) {

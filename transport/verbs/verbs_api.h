@@ -61,10 +61,14 @@ struct VerbsApi {
   // libibverbs (optional: older rdma-core lacks them; nullptr then)
   decltype(&::ibv_reg_dmabuf_mr) reg_dmabuf_mr = nullptr;
   decltype(&::ibv_is_fork_initialized) is_fork_initialized = nullptr;
+  // The emulated device only: whether a range is its device memory, which the transport then
+  // registers as GPU memory the NIC reaches directly (emulated/emu_device_memory.h).
+  bool (*is_device_memory)(const void* addr, size_t length) = nullptr;
 
   // librdmacm (optional as a whole: without it queue pairs connect through the store only)
   bool has_cm = false;
-  std::string cm_missing;  // why has_cm is false
+  std::string cm_missing;       // why has_cm is false
+  bool cm_on_loopback = false;  // the device's rdma_cm address is the loopback one (emulated)
   decltype(&::rdma_create_event_channel) create_event_channel = nullptr;
   decltype(&::rdma_destroy_event_channel) destroy_event_channel = nullptr;
   decltype(&::rdma_create_id) create_id = nullptr;
@@ -91,6 +95,23 @@ struct VerbsApi {
   int query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_entry* entry,
                    uint32_t flags) const;
 };
+
+// Fork protection (ibv_fork_init), which must precede the first registration: without it, on
+// kernels before 5.13, a child forked after memory was registered (a PyTorch DataLoader worker)
+// makes the parent's registered pages copy-on-write and the NIC then reads and writes pages the
+// parent no longer uses: silent corruption.
+enum class ForkProtection {
+  kUnneeded,  // the kernel keeps registered pages with the parent (copy-on-fork, 5.13+)
+  kEnabled,   // enabled (by us now, or earlier by the application or RDMAV_FORK_SAFE)
+  kFailed,    // needed and refused: a region was registered before (see `why`)
+};
+struct ForkProtectionResult {
+  ForkProtection state;
+  std::string why;  // kFailed: the cause and what to do
+};
+// Enables it where needed (ibv_is_fork_initialized; rdma-core without that function: always
+// asked for). Idempotent.
+ForkProtectionResult enable_fork_protection(const VerbsApi& api);
 
 // Loads the named libraries (sonames or paths) and resolves every function. kUnavailable naming
 // the library and dlerror()'s text when the required one cannot be loaded, or naming the first

@@ -52,12 +52,20 @@ CmAddress choose_cm_address(std::span<const IpCandidate> candidates, const std::
 
 CmAddress find_cm_address(const std::string& device, uint8_t port) {
   Result<const VerbsApi*> loaded = system_verbs_api();
-  if (!loaded.ok() || !loaded.value()->has_cm) {
+  if (!loaded.ok()) {
     CmAddress none;
-    none.why_none = !loaded.ok() ? loaded.status().message() : loaded.value()->cm_missing;
+    none.why_none = loaded.status().message();
     return none;
   }
-  const VerbsApi& api = *loaded.value();
+  return find_cm_address(*loaded.value(), device, port);
+}
+
+CmAddress find_cm_address(const VerbsApi& api, const std::string& device, uint8_t port) {
+  if (!api.has_cm) {
+    CmAddress none;
+    none.why_none = api.cm_missing;
+    return none;
+  }
   rdma_event_channel* channel = api.create_event_channel();
   if (channel == nullptr) {
     CmAddress none;
@@ -73,7 +81,8 @@ CmAddress find_cm_address(const std::string& device, uint8_t port) {
   }
   std::vector<IpCandidate> candidates;
   for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) {
+    if (i->ifa_addr == nullptr || ((i->ifa_flags & IFF_LOOPBACK) && !api.cm_on_loopback) ||
+        !(i->ifa_flags & IFF_UP)) {
       continue;
     }
     const int family = i->ifa_addr->sa_family;
@@ -111,6 +120,9 @@ CmAddress find_cm_address(const std::string&, uint8_t) {
   CmAddress none;
   none.why_none = "this build has no librdmacm";
   return none;
+}
+CmAddress find_cm_address(const VerbsApi&, const std::string& device, uint8_t port) {
+  return find_cm_address(device, port);
 }
 
 #endif

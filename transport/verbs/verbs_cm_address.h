@@ -35,7 +35,11 @@ CmAddress choose_cm_address(std::span<const IpCandidate> candidates, const std::
                             uint8_t port);
 
 // Lists this host's addresses (getifaddrs) and asks rdma_cm which device and port each belongs
-// to, then chooses as above. Never fails: the reason is in why_none.
+// to, then chooses as above. Never fails: the reason is in why_none. Through the system's
+// rdma-core, or the table given (loopback addresses count only where the table says its device
+// has one: the emulated device).
 CmAddress find_cm_address(const std::string& device, uint8_t port);
+struct VerbsApi;
+CmAddress find_cm_address(const VerbsApi& api, const std::string& device, uint8_t port);
 
 }  // namespace eagercomm::verbs

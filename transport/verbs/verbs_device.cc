@@ -78,6 +78,28 @@ std::string Gid::to_string() const {
   return text;
 }
 
+int roce_gid_of_ip(const PortInfo& port, uint8_t family, const std::array<uint8_t, 16>& ip) {
+  Gid want;
+  if (family == 4) {
+    want.raw[10] = 0xff;
+    want.raw[11] = 0xff;
+    std::copy(ip.begin(), ip.begin() + 4, want.raw.begin() + 12);
+  } else {
+    want.raw = ip;
+  }
+  for (size_t i = 0; i < port.gids.size(); ++i) {
+    if (port.gids[i].roce_v2 && port.gids[i].raw == want.raw) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const PortInfo* find_port(std::span<const DeviceInfo> devices, const Endpoint& endpoint) {
+  for (const DeviceInfo& d : devices) {
+    if (d.name == endpoint.device) return port_of(d, endpoint.port);
+  }
+  return nullptr;
+}
+
 Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const Config& config,
                                  const std::string& why_none) {
   if (devices.empty()) {

@@ -79,4 +79,12 @@ struct Endpoint {
 Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const Config& config,
                                  const std::string& why_none = {});
 
+// The RoCE v2 GID of an IP address on `port` (IPv4: its ::ffff:a.b.c.d form; IPv6: itself): the
+// entry rdma_cm uses for that address, which also fixes the interface and VLAN it goes out of
+// (issue 18, defect 8: the first IPv4 entry of the port may be another VLAN's). -1 when the
+// table has no such entry.
+int roce_gid_of_ip(const PortInfo& port, uint8_t family, const std::array<uint8_t, 16>& ip);
+// The port `endpoint` names in `devices`; nullptr when absent.
+const PortInfo* find_port(std::span<const DeviceInfo> devices, const Endpoint& endpoint);
+
 }  // namespace eagercomm::verbs

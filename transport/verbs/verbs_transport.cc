@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -31,6 +32,7 @@
 #include "transport/verbs/verbs_connect.h"
 #include "transport/verbs/verbs_credits.h"
 #include "transport/verbs/verbs_device.h"
+#include "transport/verbs/verbs_qp_settings.h"
 #include "transport/verbs/verbs_wire.h"
 
 namespace eagercomm {
@@ -45,6 +47,7 @@ constexpr auto kNap = 1ms;               // longest sleep in wait() (see the hea
 constexpr int kCmTimeoutMs = 2000;       // rdma_resolve_addr / _route
 constexpr int kCmBacklog = 1024;         // pending connect requests on the listener
 constexpr auto kCloseDrain = 2s;         // close(): longest wait for posted sends to execute
+constexpr auto kAsyncEvery = 1ms;        // poll() reads the device's async events this often
 // wr_id of a work request: a slot index (a user write), or one of these bits with the peer.
 constexpr uint64_t kCreditWrite = 1ull << 63;  // a credit update
 constexpr uint64_t kReceive = 1ull << 62;      // a posted receive
@@ -172,6 +175,8 @@ class VerbsTransport final : public Transport {
     verbs::SendCredits credits{kReceiveWindow};
     verbs::ReturnCredits returns{kReceiveWindow};
     bool credit_due = false;  // a credit update waits for send-queue room
+    std::optional<std::string> disconnect;  // RDMA_CM_EVENT_DISCONNECTED seen, not acted on
+    bool left = false;                       // it disconnected after connecting: closed
   };
   struct SendSlot {
     int peer;
@@ -184,12 +189,16 @@ class VerbsTransport final : public Transport {
   // or a notify().
   enum class Post { kHostWrite, kDeviceWrite, kNotify };
 
-  Result<std::unique_ptr<MemoryRegion>> make_region(void* data, size_t bytes, RegionMemory memory);
+  // Host memory, or (kCuda) the emulated device's memory.
+  Result<std::unique_ptr<MemoryRegion>> make_region(void* data, size_t bytes, RegionMemory memory,
+                                                    MemoryKind kind = MemoryKind::kHost);
   Result<std::unique_ptr<MemoryRegion>> make_cuda_region(void* data, size_t bytes,
                                                          RegionMemory memory);
   Status check_sendable(int peer, const char* what);
+  // Looks at the GPU owning `data` once: whether NIC writes into it need the flush (defect 4).
+  Status note_gpudirect_device(const void* data);
   bool started(int peer) const { return peers_[peer].conn && peers_[peer].conn->started(); }
-  Status setup_cm(const Config& config);
+  Status setup_cm(const Config& config, const verbs::CmAddress& ip);
   // Feeds `e` to the peer's connection and performs what it asks (verbs_connect.h).
   void drive(int peer, verbs::ConnEvent e, const std::string& detail = {},
              rdma_cm_id* request = nullptr);
@@ -204,6 +213,10 @@ class VerbsTransport final : public Transport {
   Status post_receive(int peer);
   void post_credit(int peer);
   void fail_peer(int peer, const std::string& why);
+  void fail_all(const std::string& why);
+  std::string completion_error(ibv_wc_status status) const;
+  std::string retry_window() const;  // how long a write retries before its peer is lost
+  void read_async_events();
   void drain_sends();
   uint64_t credit_word(int peer) const;
 
@@ -229,18 +242,54 @@ class VerbsTransport final : public Transport {
   std::vector<SendSlot> slots_;
   std::vector<uint32_t> free_slots_;
   LocalCompletions errors_;  // peer errors found outside ibv_poll_cq (while posting)
+  verbs::QpSettings qp_settings_;
+  uint32_t max_message_ = UINT32_MAX;                   // the port's max_msg_sz
+  std::chrono::steady_clock::time_point next_async_{};  // poll() reads async events then
+  std::atomic<bool> async_pending_{false};              // wait() saw the async fd readable
   // GPUDirect (gpudirect.h): probed at the first GPU registration; methods that failed here.
   std::optional<verbs::GpuDirectProbe> gpu_probe_;
   std::vector<verbs::GpuDirectFailure> gpu_failures_;
   std::optional<verbs::GpuDirectMethod> gpu_logged_;  // the method whose line was logged
-  bool gpu_direct_used_ = false;  // GPU memory was registered for the NIC to write into
+  // GPUs whose memory was registered for the NIC to write into and that need the GPUDirect
+  // flush before a notification (defect 4: per owning device, as its attributes say).
+  std::vector<int> flush_devices_;
+  std::vector<int> gpu_devices_seen_;  // whose attributes were looked at (and logged)
   std::atomic<bool> woken_{false};
   bool closed_ = false;
 };
 
 Status VerbsTransport::init(const Config& config) {
+  // Before this process registers anything through the table (defect 7).
+  if (const verbs::ForkProtectionResult fork = verbs::enable_fork_protection(*api_);
+      fork.state == verbs::ForkProtection::kFailed) {
+    static std::once_flag warned;
+    std::call_once(warned,
+                   [&] { EC_WARN(kNet, "verbs: no fork protection: %s", fork.why.c_str()); });
+  }
+  qp_settings_ = verbs::qp_settings(config);
   const verbs::DeviceList list = verbs::list_verbs_devices(*api_);
   EC_ASSIGN_OR_RETURN(endpoint_, verbs::choose_endpoint(list.devices, config, list.reason));
+  // The IP rdma_cm would use (listened on, and on RoCE the address whose GID the port uses).
+  verbs::CmAddress ip;
+  if (config.ib_connect != IbConnectMode::kStore ||
+      (endpoint_.link == verbs::LinkLayer::kEthernet &&
+       config.ib_gid_index == Config::kAutoIndex)) {
+    ip = verbs::find_cm_address(*api_, endpoint_.device, endpoint_.port);
+  }
+  if (endpoint_.link == verbs::LinkLayer::kEthernet && config.ib_gid_index == Config::kAutoIndex &&
+      ip.found) {
+    // Defect 8: the GID of that IP, not the port's first IPv4 one (maybe another VLAN's).
+    const verbs::PortInfo* port = verbs::find_port(list.devices, endpoint_);
+    if (const int i = port != nullptr ? verbs::roce_gid_of_ip(*port, ip.family, ip.ip) : -1;
+        i >= 0) {
+      endpoint_.gid_index = static_cast<uint32_t>(i);
+      endpoint_.gid = port->gids[static_cast<size_t>(i)];
+    } else {
+      EC_INFO(kNet, "verbs: %s port %u has no RoCE v2 GID for %s; using GID index %u",
+              endpoint_.device.c_str(), endpoint_.port, ip.to_string().c_str(),
+              endpoint_.gid_index);
+    }
+  }
   int count = 0;
   ibv_device** devices = api_->get_device_list(&count);
   for (int i = 0; devices != nullptr && i < count && core_->ctx == nullptr; ++i) {
@@ -257,6 +306,12 @@ Status VerbsTransport::init(const Config& config) {
   // can change it, and every emulated context is a port of its own).
   if (ibv_port_attr pa{}; api_->query_port(core_->ctx, endpoint_.port, &pa) == 0) {
     endpoint_.lid = pa.lid;
+    if (pa.max_msg_sz != 0) max_message_ = pa.max_msg_sz;
+  }
+  // Async events (a QP or CQ in error, a port going down) are read without blocking by poll().
+  if (fcntl(core_->ctx->async_fd, F_SETFL, fcntl(core_->ctx->async_fd, F_GETFL) | O_NONBLOCK) !=
+      0) {
+    return make_status(StatusCode::kUnavailable, "verbs: async event fd: %s", errno_text().c_str());
   }
   core_->pd = api_->alloc_pd(core_->ctx);
   if (core_->pd == nullptr) {
@@ -296,6 +351,7 @@ Status VerbsTransport::init(const Config& config) {
   a.mtu = endpoint_.mtu >= 256 ? endpoint_.mtu : 1024;
   a.use_gid = endpoint_.use_gid;
   a.gid_index = static_cast<uint8_t>(endpoint_.gid_index);
+  a.gid_roce_v2 = endpoint_.gid.roce_v2;
   a.gid = endpoint_.gid.raw;
   a.credit_addr = reinterpret_cast<uintptr_t>(credit_in_->data());
   a.credit_rkey = static_cast<const VerbsRegion&>(*credit_in_).rkey();
@@ -331,7 +387,7 @@ Status VerbsTransport::init(const Config& config) {
     qa.qp_state = IBV_QPS_INIT;
     qa.pkey_index = 0;
     qa.port_num = endpoint_.port;
-    qa.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    qa.qp_access_flags = verbs::kQpAccess;
     if (api_->modify_qp(
             p.qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
       return make_status(StatusCode::kUnavailable, "verbs: QP for rank %d to INIT: %s", peer,
@@ -342,7 +398,7 @@ Status VerbsTransport::init(const Config& config) {
     p.psn = entropy() & verbs::kMaxPsn;
     a.qps[peer] = {p.qp->qp_num, p.psn};
   }
-  EC_RETURN_IF_ERROR(setup_cm(config));
+  EC_RETURN_IF_ERROR(setup_cm(config, ip));
   if (offers_cm_) {
     a.offers_cm = true;
     if (cm_source_.ss_family == AF_INET) {
@@ -364,15 +420,9 @@ Status VerbsTransport::init(const Config& config) {
   return Status::Ok();
 }
 
-Status VerbsTransport::setup_cm(const Config& config) {
+Status VerbsTransport::setup_cm(const Config& config, const verbs::CmAddress& ip) {
   connect_mode_ = config.ib_connect;
   if (connect_mode_ == IbConnectMode::kStore) return Status::Ok();
-  verbs::CmAddress ip;
-  if (api_->has_cm) {
-    ip = verbs::find_cm_address(endpoint_.device, endpoint_.port);
-  } else {
-    ip.why_none = api_->cm_missing;
-  }
   EC_ASSIGN_OR_RETURN(const bool offer, verbs::offers_cm(connect_mode_, ip.found, ip.why_none));
   if (!offer) {
     EC_INFO(kNet, "verbs: not offering rdma_cm: %s; queue pairs connect through the store",
@@ -425,9 +475,9 @@ Status VerbsTransport::setup_cm(const Config& config) {
 }
 
 Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_region(void* data, size_t bytes,
-                                                                  RegionMemory memory) {
-  ibv_mr* mr =
-      api_->reg_mr(core_->pd, data, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+                                                                  RegionMemory memory,
+                                                                  MemoryKind kind) {
+  ibv_mr* mr = api_->reg_mr(core_->pd, data, bytes, verbs::kQpAccess);
   if (mr == nullptr) {
     return make_status(errno == ENOMEM ? StatusCode::kNoMemory : StatusCode::kIoError,
                        "verbs: registering %zu bytes at %p failed: %s (locked-memory limit? see "
@@ -440,8 +490,9 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_region(void* data, si
   k.addr = reinterpret_cast<uintptr_t>(data);
   k.length = bytes;
   k.rkey = mr->rkey;
+  if (kind == MemoryKind::kCuda) k.kind = verbs::KeyKind::kCuda;
   return std::unique_ptr<MemoryRegion>(std::make_unique<VerbsRegion>(
-      core_, mr, std::move(memory), data, bytes, MemoryKind::kHost, verbs::encode_key(k)));
+      core_, mr, std::move(memory), data, bytes, kind, verbs::encode_key(k)));
 }
 
 // GPU memory (issue #6, GPUDirect RDMA): dma-buf first, then ibv_reg_mr through the peer-memory
@@ -455,7 +506,7 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_cuda_region(void* dat
     gpu_probe_->rdma_device = true;                             // this transport has one open
     gpu_probe_->verbs_dmabuf = api_->reg_dmabuf_mr != nullptr;  // rdma-core 34+
   }
-  constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  constexpr int kAccess = verbs::kQpAccess;
   for (;;) {
     const verbs::GpuDirectChoice choice = verbs::choose_gpudirect(*gpu_probe_, gpu_failures_);
     if (!gpu_probe_->gpu) {
@@ -507,7 +558,12 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_cuda_region(void* dat
         break;
       }
     }
-    if (kind == verbs::KeyKind::kCuda) gpu_direct_used_ = true;
+    if (kind == verbs::KeyKind::kCuda) {
+      if (Status s = note_gpudirect_device(data); !s.ok()) {
+        api_->dereg_mr(mr);
+        return s;
+      }
+    }
     verbs::RegionKey k;
     k.owner = rank();
     k.instance = instance_;
@@ -518,6 +574,31 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::make_cuda_region(void* dat
     return std::unique_ptr<MemoryRegion>(std::make_unique<VerbsRegion>(
         core_, mr, std::move(memory), data, bytes, MemoryKind::kCuda, verbs::encode_key(k)));
   }
+}
+
+Status VerbsTransport::note_gpudirect_device(const void* data) {
+  EC_ASSIGN_OR_RETURN(const int device, gpu::device_of(data));
+  if (std::find(gpu_devices_seen_.begin(), gpu_devices_seen_.end(), device) !=
+      gpu_devices_seen_.end()) {
+    return Status::Ok();
+  }
+  gpu_devices_seen_.push_back(device);
+  EC_ASSIGN_OR_RETURN(const gpu::RdmaWriteCaps caps, gpu::rdma_write_caps(device));
+  const verbs::GpuDirectFlushChoice choice =
+      verbs::choose_gpudirect_flush(caps.ordering, caps.flush_options);
+  switch (choice.action) {
+    case verbs::GpuDirectFlush::kNotNeeded:
+      EC_INFO(kNet, "verbs: GPU %d: no GPUDirect flush: %s", device, choice.why.c_str());
+      break;
+    case verbs::GpuDirectFlush::kFlush:
+      EC_INFO(kNet, "verbs: GPU %d: %s", device, choice.why.c_str());
+      flush_devices_.push_back(device);
+      break;
+    case verbs::GpuDirectFlush::kUnsupported:
+      EC_WARN(kNet, "verbs: GPU %d: %s", device, choice.why.c_str());
+      break;
+  }
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<MemoryRegion>> VerbsTransport::allocate(size_t bytes, MemoryKind kind) {
@@ -548,6 +629,16 @@ Result<std::unique_ptr<MemoryRegion>> VerbsTransport::register_memory(void* data
   }
   // A device pointer passed as host memory (or the reverse) would fault in the NIC's driver or
   // register the wrong pages: refused with the buffer named.
+  if (api_->is_device_memory != nullptr && api_->is_device_memory(data, bytes)) {
+    // The emulated device's memory, which the CPU cannot read: what GPU memory registered for
+    // GPUDirect is to a NIC (there is no GPU to flush).
+    if (kind != MemoryKind::kCuda) {
+      return Status(StatusCode::kInvalidArgument,
+                    "verbs: register_memory: the emulated device's memory registered as host "
+                    "memory (it is device memory: MemoryKind::kCuda)");
+    }
+    return make_region(data, bytes, {}, MemoryKind::kCuda);
+  }
   EC_RETURN_IF_ERROR(gpu::check_buffer_kind(data, kind, "verbs: register_memory"));
   if (kind == MemoryKind::kCuda) return make_cuda_region(data, bytes, {});
   return make_region(data, bytes, {});
@@ -594,6 +685,15 @@ Status VerbsTransport::connect(int peer, std::span<const uint8_t> address) {
                        a.use_gid ? " with a GID" : "", verbs::link_layer_name(endpoint_.link),
                        endpoint_.use_gid ? " with a GID" : "");
   }
+  if (a.use_gid && a.gid_roce_v2 != endpoint_.gid.roce_v2) {
+    // RoCE v1 frames (Ethernet) and v2 packets (UDP/IP) do not reach each other's QPs.
+    return make_status(StatusCode::kInvalidArgument,
+                       "verbs: rank %d uses a RoCE %s GID (index %u), this rank a RoCE %s GID "
+                       "(index %u): they cannot connect (set EAGERCOMM_IB_GID_INDEX to entries "
+                       "of the same type on both; show_gids lists them)",
+                       peer, a.gid_roce_v2 ? "v2" : "v1", a.gid_index,
+                       endpoint_.gid.roce_v2 ? "v2" : "v1", endpoint_.gid_index);
+  }
   EC_ASSIGN_OR_RETURN(const verbs::ConnectPath path,
                       verbs::choose_connect_path(connect_mode_, offers_cm_, a.offers_cm, peer));
   if (p.conn) {  // the peer's cm request came first
@@ -630,7 +730,6 @@ Status VerbsTransport::modify_qp_from_store(int peer) {
   rtr.dest_qp_num = a.qps[rank()].qpn;
   rtr.rq_psn = a.qps[rank()].psn;
   rtr.max_dest_rd_atomic = 1;
-  rtr.min_rnr_timer = 12;
   rtr.ah_attr.dlid = a.lid;
   rtr.ah_attr.port_num = endpoint_.port;
   if (a.use_gid) {
@@ -639,45 +738,46 @@ Status VerbsTransport::modify_qp_from_store(int peer) {
     rtr.ah_attr.grh.sgid_index = static_cast<uint8_t>(endpoint_.gid_index);
     rtr.ah_attr.grh.hop_limit = 64;
   }
-  if (api_->modify_qp(p.qp, &rtr,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+  int rtr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                 IBV_QP_MAX_DEST_RD_ATOMIC;
+  verbs::apply_qp_settings(qp_settings_, rtr, rtr_mask);
+  if (api_->modify_qp(p.qp, &rtr, rtr_mask) != 0) {
     return make_status(StatusCode::kUnavailable, "QP to rank %d to RTR: %s", peer,
                        errno_text().c_str());
   }
   ibv_qp_attr rts{};
   rts.qp_state = IBV_QPS_RTS;
-  rts.timeout = 14;   // 4.096 us * 2^14 = 67 ms per try
-  rts.retry_cnt = 7;  // then the send completes with IBV_WC_RETRY_EXC_ERR: the peer is gone
-  rts.rnr_retry = 7;  // credits keep receivers ready; 7 (infinite) is the safety net
   rts.sq_psn = p.psn;
   rts.max_rd_atomic = 1;
-  if (api_->modify_qp(p.qp, &rts,
-                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+  int rts_mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+  verbs::apply_qp_settings(qp_settings_, rts, rts_mask);
+  if (api_->modify_qp(p.qp, &rts, rts_mask) != 0) {
     return make_status(StatusCode::kUnavailable, "QP to rank %d to RTS: %s", peer,
                        errno_text().c_str());
   }
   return Status::Ok();
 }
 
-// The QP stays ours (rdma_cm calls it user-managed): rdma_init_qp_attr() derives the RTR and RTS
-// attributes (path, MTU, remote QP number, PSNs, timeouts) from the CM exchange on the pair's id,
-// and they apply to a QP of the same device opened through another context.
+// The QP stays ours (rdma_cm calls it user-managed): rdma_init_qp_attr() derives the attributes
+// of each step (P_Key index, path, MTU, SL, remote QP number, PSNs) from the CM exchange on the
+// pair's id, and they apply to a QP of the same device opened through another context. The
+// INIT -> INIT step takes the CM's P_Key index (the QP was made with index 0: wrong on a
+// partitioned fabric); apply_qp_settings() then sets what must match the store path (defect 10).
 Status VerbsTransport::modify_qp_from_cm(int peer) {
   Peer& p = peers_[peer];
-  for (const ibv_qp_state state : {IBV_QPS_RTR, IBV_QPS_RTS}) {
+  for (const ibv_qp_state state : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    const char* name = state == IBV_QPS_INIT ? "INIT" : state == IBV_QPS_RTR ? "RTR" : "RTS";
     ibv_qp_attr attr{};
     int mask = 0;
     attr.qp_state = state;
     if (api_->init_qp_attr(p.id, &attr, &mask) != 0) {
-      return make_status(StatusCode::kUnavailable, "rdma_init_qp_attr(%s) for rank %d: %s",
-                         state == IBV_QPS_RTR ? "RTR" : "RTS", peer, errno_text().c_str());
+      return make_status(StatusCode::kUnavailable, "rdma_init_qp_attr(%s) for rank %d: %s", name,
+                         peer, errno_text().c_str());
     }
-    if (state == IBV_QPS_RTS) attr.rnr_retry = 7;  // as on the store path
+    verbs::apply_qp_settings(qp_settings_, attr, mask);
     if (api_->modify_qp(p.qp, &attr, mask) != 0) {
-      return make_status(StatusCode::kUnavailable, "QP to rank %d to %s: %s", peer,
-                         state == IBV_QPS_RTR ? "RTR" : "RTS", errno_text().c_str());
+      return make_status(StatusCode::kUnavailable, "QP to rank %d to %s: %s", peer, name,
+                         errno_text().c_str());
     }
   }
   return Status::Ok();
@@ -690,8 +790,8 @@ rdma_conn_param VerbsTransport::conn_param(int peer, std::vector<uint8_t>& hello
   cp.private_data_len = static_cast<uint8_t>(hello.size());
   cp.responder_resources = 1;
   cp.initiator_depth = 1;
-  cp.retry_count = 7;
-  cp.rnr_retry_count = 7;
+  cp.retry_count = qp_settings_.retry_cnt;
+  cp.rnr_retry_count = qp_settings_.rnr_retry;
   cp.qp_num = peers_[peer].qp->qp_num;
   return cp;
 }
@@ -879,6 +979,8 @@ void VerbsTransport::progress_cm() {
         drive(peer, E::kRejected, detail);
         break;
       case RDMA_CM_EVENT_DISCONNECTED:
+        peers_[peer].disconnect = detail;  // after the CQ is drained: poll()
+        break;
       case RDMA_CM_EVENT_DEVICE_REMOVAL:
         drive(peer, E::kDisconnected, detail);
         break;
@@ -902,6 +1004,10 @@ Status VerbsTransport::check_sendable(int peer, const char* what) {
   if (p.failed) {
     return make_status(StatusCode::kPeerFailed, "verbs: %s: the connection to rank %d failed", what,
                        peer);
+  }
+  if (p.left) {
+    return make_status(StatusCode::kPeerFailed,
+                       "verbs: %s: rank %d has closed its transport (it disconnected)", what, peer);
   }
   // The cm path connects in the background (poll() drives it): try again later.
   if (!p.connected) return Status(StatusCode::kBusy, {});
@@ -978,6 +1084,12 @@ Status VerbsTransport::write(const MemoryRegion& local, size_t local_offset,
                        bytes, local_offset, bytes, local.size(), remote_offset, bytes,
                        remote.size());
   }
+  if (bytes > max_message_) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "verbs: write of %zu bytes exceeds the port's max message size (%u bytes, "
+                       "max_msg_sz of %s port %u): split it",
+                       bytes, max_message_, endpoint_.device.c_str(), endpoint_.port);
+  }
   EC_RETURN_IF_ERROR(check_sendable(remote.peer(), "write"));
   if (src->staged() && bytes > 0) {
     // No GPUDirect here: the bytes go out from the pinned copy, brought up to date first
@@ -1042,6 +1154,59 @@ void VerbsTransport::post_credit(int peer) {
   ++p.sends;
 }
 
+std::string VerbsTransport::completion_error(ibv_wc_status status) const {
+  if (status == IBV_WC_WR_FLUSH_ERR) {
+    return "its queue pair entered the error state (work requests flushed)";
+  }
+  return api_->wc_status_str(status);
+}
+
+std::string VerbsTransport::retry_window() const {
+  const double seconds = 4.096e-6 * static_cast<double>(uint64_t{1} << qp_settings_.timeout) *
+                         (qp_settings_.retry_cnt + 1);
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.3g s", seconds);
+  return text;
+}
+
+void VerbsTransport::fail_all(const std::string& why) {
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer != rank()) fail_peer(peer, why);
+  }
+}
+
+void VerbsTransport::read_async_events() {
+  ibv_async_event e;
+  while (api_->get_async_event(core_->ctx, &e) == 0) {
+    const char* what = api_->event_type_str(e.event_type);
+    switch (e.event_type) {
+      case IBV_EVENT_QP_FATAL:
+      case IBV_EVENT_QP_REQ_ERR:
+      case IBV_EVENT_QP_ACCESS_ERR:
+      case IBV_EVENT_PATH_MIG_ERR:
+        if (const auto qp = qp_to_peer_.find(e.element.qp->qp_num); qp != qp_to_peer_.end()) {
+          fail_peer(qp->second, std::string("async event: ") + what);
+        }
+        break;
+      case IBV_EVENT_CQ_ERR:
+      case IBV_EVENT_DEVICE_FATAL:
+        fail_all(std::string("async event: ") + what);
+        break;
+      case IBV_EVENT_PORT_ERR:
+        // Not a peer failure yet: a link that flaps back within the retries loses nothing, and
+        // one that stays down fails every write with RETRY_EXC, which names the peers.
+        EC_WARN(kNet, "verbs: %s port %u went down (async event: %s); writes retry for %s",
+                endpoint_.device.c_str(), e.element.port_num, what, retry_window().c_str());
+        break;
+      default:  // port active, LID / P_Key / GID changes, SM changes, COMM_EST, ...
+        EC_INFO(kNet, "verbs: %s port %u: async event: %s", endpoint_.device.c_str(),
+                endpoint_.port, what);
+        break;
+    }
+    api_->ack_async_event(&e);
+  }
+}
+
 void VerbsTransport::fail_peer(int peer, const std::string& why) {
   Peer& p = peers_[peer];
   if (p.failed) return;
@@ -1053,13 +1218,27 @@ void VerbsTransport::fail_peer(int peer, const std::string& why) {
 size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
   if (closed_) return 0;
   progress_cm();
+  // Async events (defect 3): a QP, CQ or port can fail with no completion of its own to say so.
+  // Read when wait() saw the fd readable, else at most every kAsyncEvery (a read is a syscall).
+  if (const auto now = std::chrono::steady_clock::now();
+      async_pending_.exchange(false, std::memory_order_acq_rel) || now >= next_async_) {
+    next_async_ = now + kAsyncEvery;
+    read_async_events();
+  }
   // Peer errors found earlier first.
   size_t n = errors_.drain(out);
   ibv_wc wc[32];
+  bool drained = false;  // the CQ had no more: completions of a disconnected peer are all out
   while (n < out.size()) {
     const int want = static_cast<int>(std::min<size_t>(32, out.size() - n));
     const int got = ibv_poll_cq(cq_, want, wc);
-    if (got <= 0) break;
+    if (got < 0) {
+      // The CQ is in error (an overrun): completions were lost, so no peer's state is known.
+      fail_all("ibv_poll_cq failed: the completion queue is in error (overrun?)");
+      break;
+    }
+    drained = got < want;
+    if (got == 0) break;
     for (int i = 0; i < got; ++i) {
       const ibv_wc& w = wc[i];
       const auto qp = qp_to_peer_.find(w.qp_num);
@@ -1067,9 +1246,11 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
       const int peer = qp->second;
       Peer& p = peers_[peer];
       // Classified by wr_id: an error completion's opcode is undefined.
+      // A flush error means the QP is in ERROR: often after an error completion of its own
+      // (which named the cause first), but not always (a fatal QP event; defect 3).
       if (w.wr_id & kReceive) {
         if (w.status != IBV_WC_SUCCESS) {
-          if (w.status != IBV_WC_WR_FLUSH_ERR) fail_peer(peer, api_->wc_status_str(w.status));
+          fail_peer(peer, completion_error(w.status));
           continue;
         }
         if (w.opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(w.wc_flags & IBV_WC_WITH_IMM)) {
@@ -1089,21 +1270,36 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
       // A send completion: a user write, or a credit update.
       if (p.sends > 0) --p.sends;
       if (w.wr_id & kCreditWrite) {
-        if (w.status != IBV_WC_SUCCESS && w.status != IBV_WC_WR_FLUSH_ERR) {
-          fail_peer(peer, api_->wc_status_str(w.status));
-        }
+        if (w.status != IBV_WC_SUCCESS) fail_peer(peer, completion_error(w.status));
         continue;
       }
       if (w.wr_id >= slots_.size()) continue;  // ours are always in range; defensive
       const SendSlot s = slots_[w.wr_id];
       free_slots_.push_back(static_cast<uint32_t>(w.wr_id));
       if (w.status != IBV_WC_SUCCESS) {
-        if (w.status != IBV_WC_WR_FLUSH_ERR) fail_peer(peer, api_->wc_status_str(w.status));
+        fail_peer(peer, completion_error(w.status));
         continue;
       }
       if (!s.write) continue;  // a notify(): the contract gives kWriteDone for writes only
       out[n++] =
           TransportCompletion{TransportCompletion::Kind::kWriteDone, s.peer, s.tag, s.cookie};
+    }
+  }
+  // A peer's disconnect acts once the CQ is drained (defect 5, cm half): what it sent before
+  // disconnecting completed here first, and its exit notice must not be overtaken by "lost".
+  for (int peer = 0; drained && peer < size(); ++peer) {
+    Peer& p = peers_[peer];
+    if (!p.disconnect) continue;
+    const std::string why = std::move(*p.disconnect);
+    p.disconnect.reset();
+    if (p.connected && !p.failed) {
+      // A connected peer that disconnects has closed its transport: it left, as a shm peer
+      // whose beacon is gone did; no failure unless something is sent to it (as on the store
+      // path, where a closed peer's QP simply stops answering).
+      p.left = true;
+      EC_DEBUG(kNet, "verbs: rank %d: rank %d disconnected (%s)", rank(), peer, why.c_str());
+    } else {
+      drive(peer, verbs::ConnEvent::kDisconnected, why);  // during set-up: a failure
     }
   }
   for (int peer = 0; peer < size(); ++peer) {
@@ -1119,12 +1315,15 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
   // enqueues on a stream is ordered after it by the host's own program order. Devices that
   // already order these writes for their own work (cudaDevAttrGPUDirectRDMAWritesOrdering >=
   // owner, e.g. recent GPUs on suitable platforms) skip the call (gpu::flush_rdma_writes).
-  if (gpu_direct_used_ && n > 0) {
+  if (!flush_devices_.empty() && n > 0) {
     bool notified = false;
     for (size_t i = 0; i < n; ++i) notified |= out[i].kind == TransportCompletion::Kind::kNotify;
     if (notified) {
-      if (const Status s = gpu::flush_rdma_writes(); !s.ok()) {
-        EC_ERROR(kNet, "verbs: flushing GPUDirect writes failed: %s", s.to_string().c_str());
+      for (const int device : flush_devices_) {
+        if (const Status s = gpu::flush_rdma_writes(device); !s.ok()) {
+          EC_ERROR(kNet, "verbs: flushing GPUDirect writes to GPU %d failed: %s", device,
+                   s.to_string().c_str());
+        }
       }
     }
   }
@@ -1141,11 +1340,13 @@ void VerbsTransport::wait(std::chrono::nanoseconds timeout) {
                          ? std::chrono::nanoseconds(kNap)
                          : std::min<std::chrono::nanoseconds>(timeout, kNap);
   // The rdma_cm channel too: set-up events are handled by the driver's next poll().
-  pollfd fds[3] = {{channel_->fd, POLLIN, 0},
+  pollfd fds[4] = {{channel_->fd, POLLIN, 0},
                    {wake_fd_.get(), POLLIN, 0},
-                   {cm_channel_ != nullptr ? cm_channel_->fd : -1, POLLIN, 0}};
+                   {cm_channel_ != nullptr ? cm_channel_->fd : -1, POLLIN, 0},
+                   {core_->ctx->async_fd, POLLIN, 0}};
   timespec ts{0, static_cast<long>(limit.count())};
-  if (::ppoll(fds, 3, &ts, nullptr) > 0) {
+  if (::ppoll(fds, 4, &ts, nullptr) > 0) {
+    if (fds[3].revents & POLLIN) async_pending_.store(true, std::memory_order_release);
     if (fds[0].revents & POLLIN) {
       ibv_cq* cq = nullptr;
       void* ctx = nullptr;

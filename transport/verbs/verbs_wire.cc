@@ -12,7 +12,7 @@ constexpr uint32_t kAddressMagic = 0x45435641;  // "ECVA"
 constexpr uint32_t kKeyMagic = 0x4543564b;      // "ECVK"
 constexpr uint32_t kHelloMagic = 0x45435648;    // "ECVH"
 // 2: the address carries the rdma_cm endpoint (verbs_connect.h).
-constexpr uint16_t kVersion = 2;
+constexpr uint16_t kVersion = 3;  // 3: the GID type
 // The most ranks an address may describe: bounds what a decoder allocates for a peer's blob.
 constexpr uint32_t kMaxRanks = 1u << 20;
 
@@ -103,7 +103,8 @@ std::vector<uint8_t> encode_address(const QpAddress& a) {
   w.put(a.mtu);
   w.put(static_cast<uint8_t>(a.use_gid));
   w.put(a.gid_index);
-  w.put(uint16_t{0});
+  w.put(static_cast<uint8_t>(a.gid_roce_v2));
+  w.put(uint8_t{0});
   w.put_bytes(a.gid.data(), a.gid.size());
   w.put(a.credit_addr);
   w.put(a.credit_rkey);
@@ -141,7 +142,8 @@ Result<QpAddress> decode_address(std::span<const uint8_t> blob, int expected_ran
   a.mtu = r.get<uint32_t>();
   const auto use_gid = r.get<uint8_t>();
   a.gid_index = r.get<uint8_t>();
-  r.get<uint16_t>();
+  const auto gid_roce_v2 = r.get<uint8_t>();
+  r.get<uint8_t>();
   r.get_bytes(a.gid.data(), a.gid.size());
   a.credit_addr = r.get<uint64_t>();
   a.credit_rkey = r.get<uint32_t>();
@@ -163,8 +165,11 @@ Result<QpAddress> decode_address(std::span<const uint8_t> blob, int expected_ran
                        "with different world sizes?)",
                        what.c_str(), count, job_size);
   }
-  if (use_gid > 1 || a.link > 2 || a.port == 0) return bad(what, "impossible port fields");
+  if (use_gid > 1 || gid_roce_v2 > 1 || a.link > 2 || a.port == 0) {
+    return bad(what, "impossible port fields");
+  }
   a.use_gid = use_gid == 1;
+  a.gid_roce_v2 = gid_roce_v2 == 1;
   if (a.mtu < 256 || a.mtu > 4096 || (a.mtu & (a.mtu - 1)) != 0) {
     return bad(what, "MTU is not one of 256, 512, 1024, 2048, 4096");
   }

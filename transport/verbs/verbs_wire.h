@@ -35,6 +35,7 @@ struct QpAddress {
   uint32_t mtu = 1024;  // active MTU in bytes; the pair uses the smaller of the two
   bool use_gid = false;
   uint8_t gid_index = 0;
+  bool gid_roce_v2 = false;  // the GID's type: RoCE v2 (UDP/IP) rather than v1 / IB; must match
   std::array<uint8_t, 16> gid{};
   // Where peers write how many receives we posted for them (ReturnCredits): an array of one
   // 64-bit word per rank in memory registered for remote write.

@@ -2,8 +2,9 @@
 //
 // Every opened emulated device context owns one *port*: a shared-memory segment
 // /eagercomm-vemu-<uid>-<lid> that any process of the same user on this host can map. The LID is
-// the port's address on the emulated fabric (unique per host: the segment is created O_EXCL;
-// a segment whose owner died is taken over). A port holds what a real HCA keeps where a remote
+// the port's address on the emulated fabric (unique per host: the segment is created O_EXCL,
+// from a random LID on, and its owner holds a shared flock on it for life; segments without an
+// owner are unlinked when a port is created). A port holds what a real HCA keeps where a remote
 // requester can reach it:
 //   - the queue-pair table: per QP number its state (only RTR and RTS accept packets), the
 //     receives posted and reserved (a WRITE_WITH_IMM reserves one before sending, or gets an
@@ -34,7 +35,7 @@ inline constexpr uint32_t kMaxQps = 1024;
 inline constexpr uint32_t kMaxMrs = 4096;
 inline constexpr uint32_t kMaxLid = 4096;
 
-enum class PacketKind : uint32_t { kWrite = 1 };
+enum class PacketKind : uint32_t { kWrite = 1, kCm = 2 };  // kCm: an rdma_cm message (emu_cm.h)
 inline constexpr uint32_t kPacketLast = 1;     // the last packet of a write
 inline constexpr uint32_t kPacketWithImm = 2;  // the write carries an immediate (last packet)
 
@@ -59,6 +60,12 @@ inline constexpr uint32_t kQpFree = 0xffffffffu;
 
 struct QpSlot {
   std::atomic<uint32_t> state;
+  // The requester this QP is connected to (set at RTR): packets from any other QP are dropped,
+  // as a responder drops what does not belong to its connection. A port's LID and QP numbers
+  // are reused after it closes, and a peer's QP still connected to the old port must not reach
+  // the new one.
+  std::atomic<uint32_t> peer_lid;
+  std::atomic<uint32_t> peer_qpn;
   std::atomic<uint32_t> recv_posted;    // receives posted (wrapping counter)
   std::atomic<uint32_t> recv_reserved;  // receives claimed by requesters (wrapping counter)
   std::atomic<uint32_t> min_rnr_timer;  // the IB encoding (ibv_qp_attr::min_rnr_timer)
@@ -113,11 +120,12 @@ class Port {
   void release();
 
  private:
-  Port(PortShared* shared, uint32_t lid, bool owner, std::string name);
+  Port(PortShared* shared, uint32_t lid, bool owner, std::string name, int owner_fd);
   PortShared* shared_;
   uint32_t lid_;
   bool owner_;
   std::string name_;
+  int owner_fd_;  // the owner's: holds the shared flock that says the port is alive
 };
 
 template <typename Fill>

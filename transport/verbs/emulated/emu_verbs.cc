@@ -7,18 +7,23 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "runtime/log.h"
+#include "transport/verbs/emulated/emu_cm.h"
+#include "transport/verbs/emulated/emu_device_memory.h"
 #include "transport/verbs/emulated/emu_port.h"
 
 namespace eagercomm::verbs {
@@ -79,6 +84,7 @@ struct SendWqe {
   // progress of its execution
   uint32_t sent = 0;
   bool reserved = false;  // holds a receive of the responder (WRITE_WITH_IMM)
+  bool delayed = false;   // an injected delay was applied
   int retries = 0;
   int rnr_retries = 0;
   Clock::time_point not_before{};
@@ -101,6 +107,13 @@ struct Qp {
   uint8_t timeout = 0;
   uint8_t retry_cnt = 0;
   uint8_t rnr_retry = 0;
+  uint8_t sl = 0;
+  uint8_t traffic_class = 0;
+  uint8_t path_mtu = 0;  // ibv_mtu
+  uint16_t pkey_index = 0;
+  // scripted faults (inject_*): packets still to lose, latency added to each request
+  uint32_t drop = 0;
+  Clock::duration delay{};
   std::mutex mu;  // sq, rq (posting threads and the device thread)
   std::deque<SendWqe> sq;
   std::deque<uint64_t> rq;
@@ -115,7 +128,9 @@ struct Context {
   std::unordered_map<uint32_t, std::unique_ptr<Port>> remotes;  // by LID
   std::mutex async_mu;                                          // async_events (any thread)
   std::deque<ibv_async_event> async_events;
-  uint32_t key_salt = 1;
+  uint32_t key_salt = 1;   // random per context: a reused port does not hand out the same keys
+  bool port_down = false;  // set_port_down(): nothing sent or placed
+  uint32_t max_msg = 0;    // the port's max_msg_sz (set_max_message())
   std::atomic<bool> stop{false};
   std::thread device;
 };
@@ -123,6 +138,13 @@ using ContextHandle = Handle<ibv_context, Context>;
 
 static_assert(std::is_standard_layout_v<QpHandle> && std::is_standard_layout_v<CqHandle> &&
               std::is_standard_layout_v<ContextHandle> && std::is_standard_layout_v<ChannelHandle>);
+
+// A QP number carries its port's LID (so rdma_cm, given only a number, knows the port): the LID
+// above the low 10 bits, the slot + 1 in them.
+static_assert(emu::kMaxQps == 1024 && emu::kMaxLid <= 4096);
+uint32_t qpn_of(uint32_t lid, uint32_t slot) { return lid << 10 | (slot + 1); }
+uint32_t slot_of(uint32_t qpn) { return (qpn & 0x3ff) - 1; }
+uint32_t lid_of(uint32_t qpn) { return qpn >> 10; }
 
 template <typename H, typename B>
 auto impl_of(B* base) {
@@ -134,6 +156,23 @@ Cq* cq_of(ibv_cq* c) { return impl_of<CqHandle>(c); }
 Channel* channel_of(ibv_comp_channel* c) { return impl_of<ChannelHandle>(c); }
 
 const char* wc_status_str(ibv_wc_status status);
+
+// This process's open contexts, where the scripted faults (emu_verbs.h) find their targets.
+// Lock order: contexts_mu, then a context's mu.
+std::mutex& contexts_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<Context*>& contexts() {
+  static std::vector<Context*> v;
+  return v;
+}
+
+// ibv_fork_init's state as rdma-core keeps it on a kernel without copy-on-fork for pinned pages
+// (before 5.13): protection must be asked for before the first registration.
+std::atomic<bool> fork_enabled{false};
+std::atomic<bool> fork_too_late{false};           // a region was registered without it
+std::atomic<uint32_t> default_max_msg{1u << 31};  // max_msg_sz of ports opened from now on
 
 void signal_fd(int fd) {
   const uint64_t one = 1;
@@ -207,7 +246,7 @@ void enter_error(Qp& qp) {
 }
 
 // The head request failed: it completes with `status` (errors complete even unsignaled) and the
-// QP enters ERROR.
+// QP enters ERROR. As on hardware, the completion is the report: no async event.
 void fail_head(Qp& qp, ibv_wc_status status) {
   SendWqe w;
   {
@@ -217,10 +256,6 @@ void fail_head(Qp& qp, ibv_wc_status status) {
   }
   EC_DEBUG(kNet, "emulated verbs: QP %u: %s", qp.handle->qp_num, wc_status_str(status));
   complete(*qp.send_cq, make_wc(qp, w.wr_id, status, IBV_WC_RDMA_WRITE));
-  ibv_async_event e{};
-  e.element.qp = qp.handle;
-  e.event_type = IBV_EVENT_QP_FATAL;
-  push_async(*qp.ctx, e);
   enter_error(qp);
 }
 
@@ -282,14 +317,33 @@ bool run_head(Context& ctx, Qp& qp, Clock::time_point now, Clock::time_point* ne
     }
     return true;
   };
+  if (ctx.port_down) return dropped();
+  if (qp.delay > Clock::duration::zero() && !w->delayed && w->sent == 0) {
+    w->delayed = true;
+    w->not_before = now + qp.delay;
+    *next_due = std::min(*next_due, w->not_before);
+    return false;
+  }
+  if (qp.drop > 0) {  // lost on the wire (inject_drop)
+    --qp.drop;
+    return dropped();
+  }
+  if (w->length > ctx.max_msg) {
+    fail_head(qp, IBV_WC_LOC_LEN_ERR);
+    return true;
+  }
   Port* remote = remote_port(ctx, qp.dlid);
   if (remote == nullptr) return dropped();
   PortShared& rs = remote->shared();
-  const uint32_t rslot = qp.dqpn - 1;
-  if (rslot >= emu::kMaxQps) return dropped();
+  const uint32_t rslot = slot_of(qp.dqpn);
+  if (rslot >= emu::kMaxQps || lid_of(qp.dqpn) != qp.dlid) return dropped();
   emu::QpSlot& rq = rs.qps[rslot];
   const uint32_t rstate = rq.state.load(std::memory_order_acquire);
   if (rstate != IBV_QPS_RTR && rstate != IBV_QPS_RTS) return dropped();
+  if (rq.peer_lid.load(std::memory_order_relaxed) != ctx.port->lid() ||
+      rq.peer_qpn.load(std::memory_order_relaxed) != qp.handle->qp_num) {
+    return dropped();  // that QP is connected to another requester (a reused LID or QP number)
+  }
   // Protection, checked as the responder would (its tables are shared memory).
   const emu::MrSlot* target = find_mr(rs, w->rkey);
   if (target == nullptr || !(target->access & IBV_ACCESS_REMOTE_WRITE) ||
@@ -367,10 +421,18 @@ bool run_head(Context& ctx, Qp& qp, Clock::time_point now, Clock::time_point* ne
 
 // Places one inbound packet.
 void place(Context& ctx, const Packet& p) {
-  const uint32_t slot = p.dst_qpn - 1;
-  if (slot >= ctx.qps.size() || ctx.qps[slot] == nullptr) return;  // no such QP: dropped
+  if (ctx.port_down) return;  // lost: the requester retries
+  if (p.kind == emu::PacketKind::kCm) {  // a disconnect request, behind the data (emu_cm.h)
+    emu::deliver_cm_packet(p.data, p.len);
+    return;
+  }
+  const uint32_t slot = slot_of(p.dst_qpn);
+  if (slot >= ctx.qps.size() || ctx.qps[slot] == nullptr || lid_of(p.dst_qpn) != ctx.port->lid()) {
+    return;  // no such QP: dropped
+  }
   Qp& qp = *ctx.qps[slot];
   if (qp.state != IBV_QPS_RTR && qp.state != IBV_QPS_RTS) return;
+  if (p.src_lid != qp.dlid || p.src_qpn != qp.dqpn) return;  // not from our requester
   const emu::MrSlot* mr = find_mr(ctx.port->shared(), p.rkey);
   if (mr != nullptr && p.len > 0 && in_region(*mr, p.addr, p.len)) {
     void* to = reinterpret_cast<void*>(mr->device + (p.addr - mr->addr));
@@ -495,8 +557,14 @@ ibv_context* open_device(ibv_device* d) {
   ctx->handle = &c;
   ctx->port = std::move(port.value());
   ctx->qps.assign(emu::kMaxQps, nullptr);
+  ctx->max_msg = default_max_msg.load();
+  ctx->key_salt = std::random_device{}();
   Context* raw = ctx.get();
   ctx->device = std::thread([raw] { device_loop(*raw); });
+  {
+    std::lock_guard<std::mutex> lock(contexts_mu());
+    contexts().push_back(raw);
+  }
   ctx.release();  // owned by the handle from here on: close_device frees both
   return &handle.release()->base;
 }
@@ -504,6 +572,10 @@ ibv_context* open_device(ibv_device* d) {
 int close_device(ibv_context* c) {
   std::unique_ptr<ContextHandle> handle(reinterpret_cast<ContextHandle*>(c));
   std::unique_ptr<Context> ctx(handle->impl);
+  {
+    std::lock_guard<std::mutex> lock(contexts_mu());
+    std::erase(contexts(), ctx.get());
+  }
   ctx->stop.store(true, std::memory_order_release);
   ctx->port->ring_doorbell();
   ctx->device.join();
@@ -530,17 +602,19 @@ int query_device(ibv_context* c, ibv_device_attr* a) {
 int query_port(ibv_context* c, uint8_t port, _compat_ibv_port_attr* compat) {
   if (port != 1) return EINVAL;
   auto* a = reinterpret_cast<ibv_port_attr*>(compat);
-  a->state = IBV_PORT_ACTIVE;
+  Context& ctx = *ctx_of(c);
+  std::lock_guard<std::mutex> lock(ctx.mu);
+  a->state = ctx.port_down ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = IBV_MTU_4096;
   a->gid_tbl_len = 1;
-  a->max_msg_sz = 1u << 31;
+  a->max_msg_sz = ctx.max_msg;
   a->pkey_tbl_len = 1;
-  a->lid = static_cast<uint16_t>(ctx_of(c)->port->lid());
+  a->lid = static_cast<uint16_t>(ctx.port->lid());
   a->link_layer = IBV_LINK_LAYER_INFINIBAND;
-  a->active_width = 2;   // 4x
-  a->active_speed = 32;  // HDR-like; only informative
-  a->phys_state = 5;     // LinkUp
+  a->active_width = 2;                    // 4x
+  a->active_speed = 32;                   // HDR-like; only informative
+  a->phys_state = ctx.port_down ? 3 : 5;  // Disabled, LinkUp
   return 0;
 }
 
@@ -572,6 +646,7 @@ int dealloc_pd(ibv_pd* pd) {
 
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
   Context& ctx = *ctx_of(pd->context);
+  if (!fork_enabled.load()) fork_too_late.store(true);
   std::lock_guard<std::mutex> lock(ctx.mu);
   PortShared& s = ctx.port->shared();
   for (uint32_t i = 0; i < emu::kMaxMrs; ++i) {
@@ -581,7 +656,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
     m.access = static_cast<uint32_t>(access);
     m.addr = reinterpret_cast<uintptr_t>(addr);
     m.length = length;
-    m.device = m.addr;
+    m.device = emu::device_address(m.addr, length);
     m.rkey.store(key, std::memory_order_release);
     auto mr = std::make_unique<ibv_mr>();  // the slot index is its handle
     mr->context = pd->context;
@@ -713,7 +788,7 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
     b.send_cq = ia->send_cq;
     b.recv_cq = ia->recv_cq;
     b.handle = i;
-    b.qp_num = i + 1;
+    b.qp_num = qpn_of(ctx.port->lid(), i);
     b.state = IBV_QPS_RESET;
     b.qp_type = IBV_QPT_RC;
     qp->handle = &b;
@@ -728,6 +803,8 @@ ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* ia) {
     slot.recv_posted.store(0, std::memory_order_relaxed);
     slot.recv_reserved.store(0, std::memory_order_relaxed);
     slot.min_rnr_timer.store(0, std::memory_order_relaxed);
+    slot.peer_lid.store(0, std::memory_order_relaxed);
+    slot.peer_qpn.store(0, std::memory_order_relaxed);
     slot.state.store(IBV_QPS_RESET, std::memory_order_release);
     ctx.qps[i] = qp.release();
     return &handle.release()->base;
@@ -766,10 +843,24 @@ int modify_qp(ibv_qp* q, ibv_qp_attr* a, int mask) {
     default:
       ok = false;
   }
-  if (!ok || ((mask & IBV_QP_PORT) && a->port_num != 1)) return EINVAL;
+  if (!ok || ((mask & IBV_QP_PORT) && a->port_num != 1) ||
+      ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0)) {  // one P_Key: index 0
+    return EINVAL;
+  }
+  if (mask & IBV_QP_PKEY_INDEX) qp.pkey_index = a->pkey_index;
+  if (mask & IBV_QP_PATH_MTU) qp.path_mtu = static_cast<uint8_t>(a->path_mtu);
+  if (mask & IBV_QP_AV) {
+    qp.sl = a->ah_attr.sl;
+    qp.traffic_class = a->ah_attr.is_global ? a->ah_attr.grh.traffic_class : 0;
+  }
   if (mask & IBV_QP_ACCESS_FLAGS) qp.access = a->qp_access_flags;
   if (mask & IBV_QP_AV) qp.dlid = a->ah_attr.dlid;
   if (mask & IBV_QP_DEST_QPN) qp.dqpn = a->dest_qp_num;
+  if (to == IBV_QPS_RTR) {  // published before the state (set_state's release store)
+    emu::QpSlot& own = qp.ctx->port->shared().qps[qp.slot];
+    own.peer_lid.store(qp.dlid, std::memory_order_relaxed);
+    own.peer_qpn.store(qp.dqpn, std::memory_order_relaxed);
+  }
   if (mask & IBV_QP_TIMEOUT) qp.timeout = a->timeout;
   if (mask & IBV_QP_RETRY_CNT) qp.retry_cnt = a->retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) qp.rnr_retry = a->rnr_retry;
@@ -894,6 +985,8 @@ const char* wc_status_str(ibv_wc_status status) {
       return "transport retry counter exceeded";
     case IBV_WC_RNR_RETRY_EXC_ERR:
       return "RNR retry counter exceeded";
+    case IBV_WC_LOC_LEN_ERR:
+      return "local length error";
     default:
       return "unknown";
   }
@@ -906,12 +999,150 @@ const char* event_type_str(ibv_event_type e) {
       return "local work queue catastrophic error";
     case IBV_EVENT_PORT_ERR:
       return "port error";
+    case IBV_EVENT_PORT_ACTIVE:
+      return "port active";
     default:
       return "unknown";
   }
 }
-int fork_init() { return 0; }
-ibv_fork_status is_fork_initialized() { return IBV_FORK_UNNEEDED; }
+// rdma-core's rules: enabling after a registration is refused (the pages already pinned could not
+// be protected); enabling twice is fine.
+int fork_init() {
+  if (fork_enabled.load()) return 0;
+  if (fork_too_late.load()) return EINVAL;
+  fork_enabled.store(true);
+  return 0;
+}
+ibv_fork_status is_fork_initialized() {
+  return fork_enabled.load() ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
+}
+
+// Runs `f(ctx)` on this process's context with port `lid`, under its lock.
+template <typename F>
+Status with_context(uint32_t lid, F&& f) {
+  std::lock_guard<std::mutex> lock(contexts_mu());
+  for (Context* ctx : contexts()) {
+    if (ctx->port->lid() != lid) continue;
+    std::lock_guard<std::mutex> ctx_lock(ctx->mu);
+    f(*ctx);
+    ctx->port->ring_doorbell();
+    return Status::Ok();
+  }
+  return make_status(StatusCode::kInvalidArgument,
+                     "emulated verbs: no port with LID %u in this process", lid);
+}
+
+// Runs `f(ctx, qp)` on the QPs `ref` names (qpn 0: all of the port's).
+template <typename F>
+Status with_qps(emu::QpRef ref, F&& f) {
+  size_t found = 0;
+  EC_RETURN_IF_ERROR(with_context(ref.lid, [&](Context& ctx) {
+    for (Qp* qp : ctx.qps) {
+      if (qp == nullptr || (ref.qpn != 0 && qp->handle->qp_num != ref.qpn)) continue;
+      f(ctx, *qp);
+      ++found;
+    }
+  }));
+  if (found == 0) {
+    return make_status(StatusCode::kInvalidArgument, "emulated verbs: port %u has no QP %u",
+                       ref.lid, ref.qpn);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+namespace emu {
+
+Status inject_drop(QpRef ref, uint32_t packets) {
+  return with_qps(ref, [packets](Context&, Qp& qp) { qp.drop = packets; });
+}
+
+Status inject_delay(QpRef ref, std::chrono::microseconds delay) {
+  return with_qps(ref, [delay](Context&, Qp& qp) { qp.delay = delay; });
+}
+
+Status inject_qp_error(QpRef ref, bool async_event) {
+  return with_qps(ref, [async_event](Context& ctx, Qp& qp) {
+    if (qp.state == IBV_QPS_ERR) return;
+    EC_DEBUG(kNet, "emulated verbs: QP %u: injected error", qp.handle->qp_num);
+    if (async_event) {
+      ibv_async_event e{};
+      e.element.qp = qp.handle;
+      e.event_type = IBV_EVENT_QP_FATAL;
+      push_async(ctx, e);
+    }
+    enter_error(qp);
+  });
+}
+
+Status inject_cq_error(uint32_t lid, bool async_event) {
+  return with_context(lid, [async_event](Context& ctx) {
+    std::vector<Cq*> cqs;
+    for (Qp* qp : ctx.qps) {
+      if (qp == nullptr) continue;
+      for (Cq* cq : {qp->send_cq, qp->recv_cq}) {
+        if (std::find(cqs.begin(), cqs.end(), cq) == cqs.end()) cqs.push_back(cq);
+      }
+    }
+    for (Cq* cq : cqs) {
+      {
+        std::lock_guard<std::mutex> lock(cq->mu);
+        cq->overrun = true;
+      }
+      if (async_event) {
+        ibv_async_event e{};
+        e.element.cq = cq->handle;
+        e.event_type = IBV_EVENT_CQ_ERR;
+        push_async(ctx, e);
+      }
+    }
+  });
+}
+
+Status set_port_down(uint32_t lid, bool down) {
+  return with_context(lid, [down](Context& ctx) {
+    if (ctx.port_down == down) return;
+    ctx.port_down = down;
+    ibv_async_event e{};
+    e.element.port_num = 1;
+    e.event_type = down ? IBV_EVENT_PORT_ERR : IBV_EVENT_PORT_ACTIVE;
+    push_async(ctx, e);
+  });
+}
+
+void set_max_message(uint32_t bytes) { default_max_msg.store(bytes); }
+
+Result<QpAttributes> qp_attributes(QpRef ref) {
+  if (ref.qpn == 0) return Status(StatusCode::kInvalidArgument, "qp_attributes: name one QP");
+  QpAttributes out;
+  EC_RETURN_IF_ERROR(with_qps(ref, [&out](Context&, Qp& qp) {
+    out.state = static_cast<ibv_qp_state>(qp.state.load());
+    out.timeout = qp.timeout;
+    out.retry_cnt = qp.retry_cnt;
+    out.rnr_retry = qp.rnr_retry;
+    out.min_rnr_timer = qp.ctx->port->shared().qps[qp.slot].min_rnr_timer.load();
+    out.sl = qp.sl;
+    out.traffic_class = qp.traffic_class;
+    out.path_mtu = static_cast<ibv_mtu>(qp.path_mtu);
+    out.pkey_index = qp.pkey_index;
+  }));
+  return out;
+}
+
+void reset_fork_state() {
+  fork_enabled.store(false);
+  fork_too_late.store(false);
+}
+
+}  // namespace emu
+
+namespace {
+
+// The table's entry for the transport: device memory of this emulator (emu_device_memory.h).
+bool is_device_memory(const void* addr, size_t length) {
+  return emu::is_device_memory(addr, length);
+}
 
 }  // namespace
 
@@ -946,8 +1177,8 @@ const VerbsApi& emulated_verbs_api() {
     a.event_type_str = event_type_str;
     a.fork_init = fork_init;
     a.is_fork_initialized = is_fork_initialized;
-    a.has_cm = false;
-    a.cm_missing = "the emulated device has no rdma_cm (yet)";
+    a.is_device_memory = is_device_memory;
+    emu::fill_cm_table(a);
     return a;
   }();
   return api;

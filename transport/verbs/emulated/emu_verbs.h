@@ -25,10 +25,20 @@
 //     IBV_EVENT_CQ_ERR async event is queued); completion channels with a pollable fd and the
 //     req_notify_cq / get_cq_event / ack_cq_events rules (one event per arming); async events on
 //     the context's async_fd.
-// Not emulated yet: rdma_cm (the table has no cm functions, so queue pairs connect through the
-// store), GIDs beyond one IB entry, fault injection, device memory the CPU cannot read.
+//   - device memory the CPU cannot read (emu_device_memory.h), registered and reached by the
+//     device through an alias;
+//   - ibv_fork_init's rules on a kernel without copy-on-fork for pinned pages (protection is
+//     needed, and refused after the first registration);
+//   - faults scripted by tests (below): lost packets, added latency, a QP or CQ in error with or
+//     without its async event, a port going down and up, a smaller max message size.
+//   - rdma_cm over the loopback interface (emu_cm.h).
+// Not emulated: GIDs beyond one IB entry, P_Keys beyond index 0, path records, CM timeouts.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+
+#include "runtime/status.h"
 #include "transport/verbs/verbs_api.h"
 
 namespace eagercomm::verbs {
@@ -36,4 +46,51 @@ namespace eagercomm::verbs {
 // The emulated device's table (source "emulated"). Always available.
 const VerbsApi& emulated_verbs_api();
 
+namespace emu {
+
+// Faults scripted by tests. They act on this process's contexts: a port by its LID, a queue pair
+// by its number (the values the verbs transport publishes in its address: verbs_wire.h). Each
+// returns kInvalidArgument when nothing in this process matches.
+struct QpRef {
+  uint32_t lid = 0;
+  uint32_t qpn = 0;  // 0: every QP of the port
+};
+
+// The next `packets` sends of the QPs are lost: the requester retries after its ACK timeout and
+// completes with IBV_WC_RETRY_EXC_ERR once retry_cnt retries were lost too.
+Status inject_drop(QpRef ref, uint32_t packets);
+// Every request of the QPs starts `delay` late (0: no delay).
+Status inject_delay(QpRef ref, std::chrono::microseconds delay);
+// The QPs enter ERROR as after a catastrophic local error: every outstanding request completes
+// with IBV_WC_WR_FLUSH_ERR, none with an error of its own; with `async_event`, an
+// IBV_EVENT_QP_FATAL is queued first.
+Status inject_qp_error(QpRef ref, bool async_event);
+// The port's completion queues fail: ibv_poll_cq returns -1 from now on; with `async_event`, an
+// IBV_EVENT_CQ_ERR per CQ.
+Status inject_cq_error(uint32_t lid, bool async_event);
+// The port goes down (IBV_EVENT_PORT_ERR; nothing is sent or placed, so requests retry) or comes
+// back (IBV_EVENT_PORT_ACTIVE).
+Status set_port_down(uint32_t lid, bool down);
+// The max_msg_sz of ports opened from now on (2^31 unless set): a longer request completes with
+// IBV_WC_LOC_LEN_ERR.
+void set_max_message(uint32_t bytes);
+
+// What a QP was given by modify_qp, for tests of the transport's settings.
+struct QpAttributes {
+  ibv_qp_state state = IBV_QPS_RESET;
+  uint8_t timeout = 0;
+  uint8_t retry_cnt = 0;
+  uint8_t rnr_retry = 0;
+  uint32_t min_rnr_timer = 0;
+  uint8_t sl = 0;
+  uint8_t traffic_class = 0;
+  ibv_mtu path_mtu = IBV_MTU_256;
+  uint16_t pkey_index = 0;
+};
+Result<QpAttributes> qp_attributes(QpRef ref);
+
+// Back to "fork protection needed and not asked for" (tests of ibv_fork_init handling).
+void reset_fork_state();
+
+}  // namespace emu
 }  // namespace eagercomm::verbs
