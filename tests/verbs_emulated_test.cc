@@ -456,7 +456,6 @@ TEST(VerbsEmulated, TheCmPathSetsTheSameQueuePairAttributesAsTheStorePath) {
   ASSERT_TRUE(w.ok);
   auto& t = w.t;
   auto& seen = w.seen;
-  Route& r = w.r;
   ASSERT_TRUE(drive(t, seen, [&] { return count(seen[1], TransportCompletion::Kind::kNotify); }));
   for (int from : {0, 1}) {
     auto a = verbs::emu::qp_attributes(qp_of(*t[from], 1 - from, 2));
@@ -542,7 +541,6 @@ TEST(VerbsEmulated, AFatalQueuePairEventLosesThePeer) {
   ASSERT_TRUE(w.ok);
   auto& t = w.t;
   auto& seen = w.seen;
-  Route& r = w.r;
   ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(*t[0], 2, 3), /*async_event=*/true).ok());
   EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[0], 2); }));
   EXPECT_FALSE(lost(seen[0], 1)) << "only the QP to rank 2 failed";
