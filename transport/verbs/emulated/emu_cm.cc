@@ -424,6 +424,13 @@ void destroy_event_channel(rdma_event_channel* c) {
     std::lock_guard<std::mutex> lock(channels_mu());
     channels().erase(ch->port);
   }
+  // Ids still here are requests that came after the application destroyed its own ids (it
+  // must, before the channel): their CONNECT_REQUEST events were never taken.
+  for (auto& [number, id] : ch->ids) {
+    std::unique_ptr<IdHandle> owned(reinterpret_cast<IdHandle*>(id->handle));
+    std::unique_ptr<CmId> impl(id);
+  }
+  ch->ids.clear();
   shm_unlink(inbox_name(ch->port).c_str());
   munmap(ch->inbox, sizeof(Inbox));
   close(ch->reservation);
