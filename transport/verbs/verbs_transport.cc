@@ -47,7 +47,7 @@ constexpr auto kNap = 1ms;               // longest sleep in wait() (see the hea
 constexpr int kCmTimeoutMs = 2000;       // rdma_resolve_addr / _route
 constexpr int kCmBacklog = 1024;         // pending connect requests on the listener
 constexpr auto kCloseDrain = 2s;         // close(): longest wait for posted sends to execute
-constexpr auto kAsyncEvery = 1ms;        // poll() reads the device's async events this often
+constexpr uint32_t kAsyncEvery = 1024;   // poll() calls between reads of the async events
 // wr_id of a work request: a slot index (a user write), or one of these bits with the peer.
 constexpr uint64_t kCreditWrite = 1ull << 63;  // a credit update
 constexpr uint64_t kReceive = 1ull << 62;      // a posted receive
@@ -174,9 +174,9 @@ class VerbsTransport final : public Transport {
     uint32_t sends = 0;  // send work requests not completed yet
     verbs::SendCredits credits{kReceiveWindow};
     verbs::ReturnCredits returns{kReceiveWindow};
-    bool credit_due = false;  // a credit update waits for send-queue room
+    bool credit_due = false;                // a credit update waits for send-queue room
     std::optional<std::string> disconnect;  // RDMA_CM_EVENT_DISCONNECTED seen, not acted on
-    bool left = false;                       // it disconnected after connecting: closed
+    bool left = false;                      // it disconnected after connecting: closed
   };
   struct SendSlot {
     int peer;
@@ -243,9 +243,9 @@ class VerbsTransport final : public Transport {
   std::vector<uint32_t> free_slots_;
   LocalCompletions errors_;  // peer errors found outside ibv_poll_cq (while posting)
   verbs::QpSettings qp_settings_;
-  uint32_t max_message_ = UINT32_MAX;                   // the port's max_msg_sz
-  std::chrono::steady_clock::time_point next_async_{};  // poll() reads async events then
-  std::atomic<bool> async_pending_{false};              // wait() saw the async fd readable
+  uint32_t max_message_ = UINT32_MAX;       // the port's max_msg_sz
+  uint32_t polls_since_async_ = 0;          // poll() calls since it last read the async events
+  std::atomic<bool> async_pending_{false};  // wait() saw the async fd readable
   // GPUDirect (gpudirect.h): probed at the first GPU registration; methods that failed here.
   std::optional<verbs::GpuDirectProbe> gpu_probe_;
   std::vector<verbs::GpuDirectFailure> gpu_failures_;
@@ -1219,10 +1219,12 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
   if (closed_) return 0;
   progress_cm();
   // Async events (defect 3): a QP, CQ or port can fail with no completion of its own to say so.
-  // Read when wait() saw the fd readable, else at most every kAsyncEvery (a read is a syscall).
-  if (const auto now = std::chrono::steady_clock::now();
-      async_pending_.exchange(false, std::memory_order_acq_rel) || now >= next_async_) {
-    next_async_ = now + kAsyncEvery;
+  // Read when wait() saw the fd readable (an idle rank waits), else every kAsyncEvery polls of
+  // a busy one: a read is a syscall, and a clock read per poll would tax the progress loop.
+  if ((async_pending_.load(std::memory_order_relaxed) &&
+       async_pending_.exchange(false, std::memory_order_acq_rel)) ||
+      ++polls_since_async_ >= kAsyncEvery) {
+    polls_since_async_ = 0;
     read_async_events();
   }
   // Peer errors found earlier first.

@@ -421,7 +421,7 @@ bool run_head(Context& ctx, Qp& qp, Clock::time_point now, Clock::time_point* ne
 
 // Places one inbound packet.
 void place(Context& ctx, const Packet& p) {
-  if (ctx.port_down) return;  // lost: the requester retries
+  if (ctx.port_down) return;             // lost: the requester retries
   if (p.kind == emu::PacketKind::kCm) {  // a disconnect request, behind the data (emu_cm.h)
     emu::deliver_cm_packet(p.data, p.len);
     return;
@@ -1137,15 +1137,6 @@ void reset_fork_state() {
 
 }  // namespace emu
 
-namespace {
-
-// The table's entry for the transport: device memory of this emulator (emu_device_memory.h).
-bool is_device_memory(const void* addr, size_t length) {
-  return emu::is_device_memory(addr, length);
-}
-
-}  // namespace
-
 const VerbsApi& emulated_verbs_api() {
   static const VerbsApi api = [] {
     VerbsApi a;
@@ -1177,7 +1168,7 @@ const VerbsApi& emulated_verbs_api() {
     a.event_type_str = event_type_str;
     a.fork_init = fork_init;
     a.is_fork_initialized = is_fork_initialized;
-    a.is_device_memory = is_device_memory;
+    a.is_device_memory = emu::is_device_memory;
     emu::fill_cm_table(a);
     return a;
   }();
