@@ -127,6 +127,7 @@ constexpr std::string_view kProgressThreadNames[] = {"auto", "on", "off"};
 constexpr std::string_view kAllreduceAlgoNames[] = {"auto", "rd", "ring", "direct"};
 constexpr std::string_view kBroadcastAlgoNames[] = {"auto", "tree", "chain"};
 constexpr std::string_view kIbConnectNames[] = {"auto", "cm", "store"};
+constexpr std::string_view kIbMtuNames[] = {"auto", "256", "512", "1024", "2048", "4096"};
 // Even index: true, odd index: false.
 constexpr std::string_view kBoolNames[] = {"1", "0", "true", "false", "yes", "no", "on", "off"};
 
@@ -315,6 +316,15 @@ constexpr Variable kVariables[] = {
             "path",
      .field = field<&Config::ib_tc>(),
      .allows_auto = true},
+    {.name = "EAGERCOMM_IB_MTU",
+     .kind = Kind::kEnum,
+     .default_text = "auto",
+     .choices = kIbMtuNames,
+     .doc = "largest path MTU of the verbs queue pairs, in bytes; auto: the smaller of the two "
+            "ports' active MTUs on the store path, the path record's on the cm path. Set it when "
+            "a link between the ports has a smaller MTU than they do (the store path cannot ask "
+            "the subnet manager for the path)",
+     .field = field<&Config::ib_mtu>()},
     {.name = "EAGERCOMM_VERBS_EMULATE",
      .kind = Kind::kBool,
      .default_text = "0",

@@ -29,6 +29,8 @@ enum class AllreduceAlgo : uint8_t { kAuto, kRecursiveDoubling, kRing, kDirect }
 enum class BroadcastAlgo : uint8_t { kAuto, kTree, kChain };
 // How the verbs transport connects its queue pairs (transport/verbs/verbs_connect.h).
 enum class IbConnectMode : uint8_t { kAuto, kCm, kStore };
+// The largest path MTU of the verbs queue pairs: k256 + n is 256 << n bytes.
+enum class IbMtu : uint8_t { kAuto, k256, k512, k1024, k2048, k4096 };
 
 // The values in force. Field names mirror the variables (EAGERCOMM_SLOT_BYTES -> slot_bytes).
 // A per-call timeout argument that means "EAGERCOMM_TIMEOUT" (Config::timeout).
@@ -64,7 +66,8 @@ struct Config {
   uint32_t ib_retry_cnt = 7;
   uint32_t ib_sl = kAutoIndex;
   uint32_t ib_tc = kAutoIndex;
-  bool verbs_emulate = false;  // the verbs transport runs on the emulated device (tests)
+  IbMtu ib_mtu = IbMtu::kAuto;  // auto: the ports' (store path) or the path record's (cm)
+  bool verbs_emulate = false;   // the verbs transport runs on the emulated device (tests)
   // Where this process stands in its job (launcher variables; see launch_env.h).
   uint32_t rank = 0;
   uint32_t size = 1;

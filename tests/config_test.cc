@@ -78,6 +78,7 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_IB_RETRY_CNT", "7"},
       {"EAGERCOMM_IB_SL", "auto"},
       {"EAGERCOMM_IB_TC", "auto"},
+      {"EAGERCOMM_IB_MTU", "auto"},
       {"EAGERCOMM_VERBS_EMULATE", "0"},
       {"EAGERCOMM_RANK", "0"},
       {"EAGERCOMM_SIZE", "1"},

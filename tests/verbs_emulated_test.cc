@@ -452,6 +452,7 @@ TEST(VerbsEmulated, AGidTypeMismatchIsRefusedNamingBoth) {
 TEST(VerbsEmulated, TheCmPathSetsTheSameQueuePairAttributesAsTheStorePath) {
   Config config = emulated();
   config.ib_connect = IbConnectMode::kCm;
+  config.ib_mtu = IbMtu::k2048;
   World w = world_with_a_write(2, config, 0, 1);
   ASSERT_TRUE(w.ok);
   auto& t = w.t;
@@ -465,6 +466,7 @@ TEST(VerbsEmulated, TheCmPathSetsTheSameQueuePairAttributesAsTheStorePath) {
     EXPECT_EQ(a.value().timeout, 18) << "the CM's 14 must not stay";
     EXPECT_EQ(a.value().retry_cnt, 7);
     EXPECT_EQ(a.value().rnr_retry, 7);
+    EXPECT_EQ(a.value().path_mtu, IBV_MTU_2048) << "EAGERCOMM_IB_MTU caps the path record's";
   }
 }
 
@@ -566,6 +568,7 @@ TEST(VerbsEmulated, QueuePairAttributesFollowTheConfigTable) {
       config.ib_timeout = 12;
       config.ib_retry_cnt = 5;
       config.ib_sl = 3;
+      config.ib_mtu = IbMtu::k1024;
     }
     auto t = connected_world(2, config);
     ASSERT_EQ(t.size(), 2u);
@@ -579,6 +582,8 @@ TEST(VerbsEmulated, QueuePairAttributesFollowTheConfigTable) {
     EXPECT_EQ(a.value().timeout, defaults ? 18 : 12);
     EXPECT_EQ(a.value().retry_cnt, defaults ? 7 : 5);
     EXPECT_EQ(a.value().sl, defaults ? 0 : 3);
+    EXPECT_EQ(a.value().path_mtu, defaults ? IBV_MTU_4096 : IBV_MTU_1024)
+        << "the ports' 4096, or EAGERCOMM_IB_MTU below it";
     EXPECT_EQ(a.value().rnr_retry, 7);
     EXPECT_EQ(a.value().min_rnr_timer, 12u);
     EXPECT_EQ(a.value().pkey_index, 0);
@@ -613,6 +618,21 @@ TEST(VerbsQpSettings, OverrideTheConnectionManagersAttributes) {
   EXPECT_TRUE(mask & IBV_QP_MIN_RNR_TIMER);
   EXPECT_EQ(rtr.ah_attr.sl, 2) << "the path's SL stays when EAGERCOMM_IB_SL is auto";
   EXPECT_EQ(rtr.ah_attr.grh.traffic_class, 106);
+  // The path MTU: EAGERCOMM_IB_MTU caps the path record's, never raises it.
+  config.ib_mtu = IbMtu::k1024;
+  const verbs::QpSettings capped = verbs::qp_settings(config);
+  for (const auto& [path, expect] :
+       {std::pair{IBV_MTU_4096, IBV_MTU_1024}, std::pair{IBV_MTU_1024, IBV_MTU_1024},
+        std::pair{IBV_MTU_512, IBV_MTU_512}}) {
+    rtr.path_mtu = path;
+    mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU;
+    verbs::apply_qp_settings(capped, rtr, mask);
+    EXPECT_EQ(rtr.path_mtu, expect) << "path MTU code " << path;
+    EXPECT_TRUE(mask & IBV_QP_PATH_MTU);
+  }
+  rtr.path_mtu = IBV_MTU_4096;
+  verbs::apply_qp_settings(s, rtr, mask);
+  EXPECT_EQ(rtr.path_mtu, IBV_MTU_4096) << "auto leaves the path's MTU";
   ibv_qp_attr rts{};
   rts.qp_state = IBV_QPS_RTS;
   rts.timeout = 14;
@@ -648,6 +668,67 @@ TEST(VerbsEmulated, LostPacketsAreRetriedAndTooManyLoseThePeer) {
   ASSERT_TRUE(t[0]->write(*r.src, 0, *r.remote, 0, 8, 3, 3).ok());
   EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[0], 1); }));
   EXPECT_EQ(count(seen[1], TransportCompletion::Kind::kNotify), 2u);
+}
+
+// Credit updates ask the NIC for a completion once per 32 send requests (every request was
+// signaled: a DMA and a poll() read each, for nothing); writes and notifies still ask every
+// time. close() does not wait for an unsignaled tail of credit updates: their peer may have
+// closed first, and nothing would ever complete them.
+TEST(VerbsEmulated, CreditUpdatesAreSignaledOncePerManyAndCloseDoesNotWaitForThem) {
+  const Config config = emulated();
+  World w = world_with_a_write(2, config, 0, 1);
+  ASSERT_TRUE(w.ok);
+  auto& t = w.t;
+  auto& seen = w.seen;
+  ASSERT_TRUE(
+      drive(t, seen, [&] { return count(seen[0], TransportCompletion::Kind::kWriteDone); }));
+  const verbs::emu::QpRef sender = qp_of(*t[0], 1, 2);
+  const verbs::emu::QpRef receiver = qp_of(*t[1], 0, 2);  // it sends the credit updates
+  auto sent_before = verbs::emu::qp_attributes(sender);
+  auto returned_before = verbs::emu::qp_attributes(receiver);
+  ASSERT_TRUE(sent_before.ok() && returned_before.ok());
+  constexpr int kNotifies = 400;  // 25 credit updates (one per 16 receives)
+  for (int i = 0; i < kNotifies; ++i) {
+    ASSERT_TRUE(post(t, seen, [&] { return t[0]->notify(1, 100 + i); }).ok());
+  }
+  ASSERT_TRUE(drive(t, seen, [&] {
+    return count(seen[1], TransportCompletion::Kind::kNotify) == 1 + kNotifies;
+  }));
+  auto sent = verbs::emu::qp_attributes(sender);
+  auto returned = verbs::emu::qp_attributes(receiver);
+  ASSERT_TRUE(sent.ok() && returned.ok());
+  EXPECT_EQ(sent.value().send_completions - sent_before.value().send_completions,
+            uint64_t{kNotifies})
+      << "a notify must complete visibly (close() waits for exit notices)";
+  EXPECT_LE(returned.value().send_completions - returned_before.value().send_completions, 1u)
+      << "every credit update asked for a completion";
+  EXPECT_FALSE(lost(seen[0], 1));
+  EXPECT_FALSE(lost(seen[1], 0));
+  // Rank 0 goes first, as in a normal shutdown; rank 1 has not polled since.
+  t[0]->close();
+  const auto start = std::chrono::steady_clock::now();
+  t[1]->close();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1500ms)
+      << "close() waited out its drain limit (2 s) for credit updates nobody will complete";
+}
+
+// A credit update posted unsignaled and lost (retry_cnt + 1 tries) still fails the peer: errors
+// complete even unsignaled.
+TEST(VerbsEmulated, ALostUnsignaledCreditUpdateLosesThePeer) {
+  Config config = emulated();
+  config.ib_timeout = 10;  // 4 ms per try
+  config.ib_retry_cnt = 3;
+  World w = world_with_a_write(2, config, 0, 1);
+  ASSERT_TRUE(w.ok);
+  auto& t = w.t;
+  auto& seen = w.seen;
+  ASSERT_TRUE(verbs::emu::inject_drop(qp_of(*t[1], 0, 2), 4).ok());
+  // 16 receives make rank 1 return credits (its first send on this QP: unsignaled).
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(post(t, seen, [&] { return t[0]->notify(1, 100 + i); }).ok());
+  }
+  EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[1], 0); }))
+      << "the error completion of an unsignaled credit update was not acted on";
 }
 
 // A port that goes down and comes back within the retry window loses nothing (the async event

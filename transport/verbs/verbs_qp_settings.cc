@@ -8,6 +8,10 @@ QpSettings qp_settings(const Config& config) {
   s.retry_cnt = static_cast<uint8_t>(config.ib_retry_cnt);
   if (config.ib_sl != Config::kAutoIndex) s.sl = static_cast<uint8_t>(config.ib_sl);
   if (config.ib_tc != Config::kAutoIndex) s.traffic_class = static_cast<uint8_t>(config.ib_tc);
+  if (config.ib_mtu != IbMtu::kAuto) {
+    // IbMtu::k256 + n and IBV_MTU_256 + n both name 256 << n bytes.
+    s.max_mtu = static_cast<ibv_mtu>(IBV_MTU_256 + (static_cast<int>(config.ib_mtu) - 1));
+  }
   return s;
 }
 
@@ -24,6 +28,10 @@ void apply_qp_settings(const QpSettings& s, ibv_qp_attr& attr, int& mask) {
       if (s.sl) attr.ah_attr.sl = *s.sl;
       if (s.traffic_class && attr.ah_attr.is_global) {
         attr.ah_attr.grh.traffic_class = *s.traffic_class;
+      }
+      if (s.max_mtu && attr.path_mtu > *s.max_mtu) {
+        attr.path_mtu = *s.max_mtu;
+        mask |= IBV_QP_PATH_MTU;
       }
       break;
     case IBV_QPS_RTS:

@@ -23,13 +23,15 @@ struct QpSettings {
   uint8_t min_rnr_timer = 12;            // 0.64 ms before a requester retries after an RNR NAK
   std::optional<uint8_t> sl;             // unset: the path's (cm) or 0 (store)
   std::optional<uint8_t> traffic_class;  // unset: rdma_cm's (cm) or 0 (store)
+  std::optional<ibv_mtu> max_mtu;        // unset: the ports' (store) or the path record's (cm)
 };
 
-// From EAGERCOMM_IB_TIMEOUT / _RETRY_CNT / _SL / _TC (validated by the config table).
+// From EAGERCOMM_IB_TIMEOUT / _RETRY_CNT / _SL / _TC / _MTU (validated by the config table).
 QpSettings qp_settings(const Config& config);
 
 // Sets ours on `attr` for the transition to attr.qp_state and adds what it set to `mask`: the
-// access flags (INIT), min_rnr_timer and the SL / traffic class when given (RTR), timeout,
+// access flags (INIT), min_rnr_timer, the SL / traffic class when given and the path MTU capped
+// by max_mtu (RTR, whose path_mtu the caller set first), timeout,
 // retry_cnt and rnr_retry (RTS). Attributes of other states are left alone.
 void apply_qp_settings(const QpSettings& s, ibv_qp_attr& attr, int& mask);
 

@@ -48,9 +48,22 @@ constexpr int kCmTimeoutMs = 2000;       // rdma_resolve_addr / _route
 constexpr int kCmBacklog = 1024;         // pending connect requests on the listener
 constexpr auto kCloseDrain = 2s;         // close(): longest wait for posted sends to execute
 constexpr uint32_t kAsyncEvery = 1024;   // poll() calls between reads of the async events
-// wr_id of a work request: a slot index (a user write), or one of these bits with the peer.
-constexpr uint64_t kCreditWrite = 1ull << 63;  // a credit update
-constexpr uint64_t kReceive = 1ull << 62;      // a posted receive
+// A credit update asks for a completion once per this many send requests: nobody waits for it,
+// and each completion costs the NIC a DMA and poll() a read. A write() always asks (it owes its
+// caller a kWriteDone with its cookie), and so does a notify(): close() must see the last ones
+// (exit notices) executed, and a fence posted at close() to learn that would wait out the
+// retries of a peer that closed first (the usual shutdown order).
+constexpr uint32_t kSignalEvery = 32;
+static_assert(kSignalEvery < kSendDepth / 2, "unsignaled requests must not fill the send queue");
+// wr_id of a work request: a slot index (a write()), or one of these bits with the peer in
+// bits 0..31. A control request (a notify() or a credit update) carries in bits
+// 32..47 how many send requests its completion retires: a completion also retires the
+// unsignaled requests posted before it on that QP (they executed first: RC order).
+constexpr uint64_t kControl = 1ull << 63;
+constexpr uint64_t kReceive = 1ull << 62;  // a posted receive
+uint64_t control_wr_id(int peer, uint32_t retires) {
+  return kControl | (static_cast<uint64_t>(retires & 0xffff) << 32) | static_cast<uint32_t>(peer);
+}
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -171,19 +184,40 @@ class VerbsTransport final : public Transport {
     uint64_t instance = 0;  // the peer transport's, from its address
     uint64_t credit_addr = 0;
     uint32_t credit_rkey = 0;
-    uint32_t sends = 0;  // send work requests not completed yet
+    uint32_t sends = 0;       // send work requests not completed yet
+    uint32_t unsignaled = 0;  // of those, the credit updates after the last signaled one
     verbs::SendCredits credits{kReceiveWindow};
     verbs::ReturnCredits returns{kReceiveWindow};
     bool credit_due = false;                // a credit update waits for send-queue room
     std::optional<std::string> disconnect;  // RDMA_CM_EVENT_DISCONNECTED seen, not acted on
     bool left = false;                      // it disconnected after connecting: closed
   };
+  // A write() in flight. A notify() has none: its completion is not a kWriteDone (defect 6).
   struct SendSlot {
     int peer;
     uint32_t tag;
     uint64_t cookie;
-    bool write;  // a write(): its completion is a kWriteDone (a notify()'s is not: defect 6)
+    uint32_t retires;  // send requests its completion retires (itself and unsignaled ones)
   };
+  // Whether the next send request to a peer asks for a completion, and what that retires.
+  struct Signal {
+    bool signaled;
+    uint32_t retires;
+  };
+  static Signal next_signal(const Peer& p, bool owes_completion) {
+    if (owes_completion || p.unsignaled + 1 >= kSignalEvery) return {true, p.unsignaled + 1};
+    return {false, 1};  // seen only as an error or flush completion: the peer fails then
+  }
+  static void on_posted(Peer& p, Signal signal) {
+    ++p.sends;
+    p.unsignaled = signal.signaled ? 0 : p.unsignaled + 1;
+  }
+  // How many send requests a send completion retires.
+  uint32_t retired_by(const ibv_wc& w) const {
+    if (w.wr_id & kControl) return static_cast<uint32_t>(w.wr_id >> 32) & 0xffff;
+    return w.wr_id < slots_.size() ? slots_[w.wr_id].retires : 1;
+  }
+  static void retire(Peer& p, uint32_t n) { p.sends -= std::min(p.sends, n); }
   // What post_write() is posting: a write() of host memory, of memory the CPU may not read
   // (GPU memory the NIC reaches directly: never inline, which the CPU would copy: defect 1),
   // or a notify().
@@ -1032,36 +1066,42 @@ Status VerbsTransport::post_write(int peer, uint64_t local_addr, uint32_t lkey,
                        peer);
   }
   if (!p.credits.can_send() || p.sends + 1 >= kSendDepth) return Status(StatusCode::kBusy, {});
-  uint32_t slot;
-  if (free_slots_.empty()) {
-    slot = static_cast<uint32_t>(slots_.size());
-    slots_.push_back({});
-  } else {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
+  const bool user_write = what != Post::kNotify;
+  const Signal signal = next_signal(p, true);
+  uint64_t wr_id = control_wr_id(peer, signal.retires);
+  uint32_t slot = 0;
+  if (user_write) {
+    if (free_slots_.empty()) {
+      slot = static_cast<uint32_t>(slots_.size());
+      slots_.push_back({});
+    } else {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    slots_[slot] = SendSlot{peer, tag, cookie, signal.retires};
+    wr_id = slot;
   }
-  slots_[slot] = SendSlot{peer, tag, cookie, what != Post::kNotify};
   ibv_sge sge{local_addr, static_cast<uint32_t>(bytes), lkey};
   ibv_send_wr wr{};
-  wr.wr_id = slot;
+  wr.wr_id = wr_id;
   wr.sg_list = bytes > 0 ? &sge : nullptr;
   wr.num_sge = bytes > 0 ? 1 : 0;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   const bool inlined = bytes > 0 && bytes <= inline_max_ && what == Post::kHostWrite;
-  wr.send_flags = IBV_SEND_SIGNALED | (inlined ? IBV_SEND_INLINE : 0);
+  wr.send_flags = (signal.signaled ? IBV_SEND_SIGNALED : 0) | (inlined ? IBV_SEND_INLINE : 0);
   wr.imm_data = htonl(tag);
   wr.wr.rdma.remote_addr = remote_addr;
   wr.wr.rdma.rkey = rkey;
   ibv_send_wr* bad = nullptr;
   if (const int e = ibv_post_send(p.qp, &wr, &bad); e != 0) {
-    free_slots_.push_back(slot);
+    if (user_write) free_slots_.push_back(slot);
     if (e == ENOMEM) return Status(StatusCode::kBusy, {});
     fail_peer(peer, std::string("ibv_post_send: ") + std::strerror(e));
     return make_status(StatusCode::kPeerFailed, "verbs: posting a write to rank %d: %s", peer,
                        std::strerror(e));
   }
   p.credits.on_sent();
-  ++p.sends;
+  on_posted(p, signal);
   return Status::Ok();
 }
 
@@ -1136,12 +1176,14 @@ void VerbsTransport::post_credit(int peer) {
   words[peer] = p.returns.posted();
   ibv_sge sge{reinterpret_cast<uintptr_t>(&words[peer]), sizeof(uint64_t),
               static_cast<const VerbsRegion&>(*credit_out_).lkey()};
+  const Signal signal = next_signal(p, false);
   ibv_send_wr wr{};
-  wr.wr_id = kCreditWrite | static_cast<uint64_t>(peer);
+  wr.wr_id = control_wr_id(peer, signal.retires);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE;  // no immediate: consumes no receive at the peer
-  wr.send_flags = IBV_SEND_SIGNALED | (inline_max_ >= sizeof(uint64_t) ? IBV_SEND_INLINE : 0);
+  wr.send_flags = (signal.signaled ? IBV_SEND_SIGNALED : 0) |
+                  (inline_max_ >= sizeof(uint64_t) ? IBV_SEND_INLINE : 0);
   wr.wr.rdma.remote_addr = p.credit_addr + static_cast<uint64_t>(rank()) * 8;
   wr.wr.rdma.rkey = p.credit_rkey;
   ibv_send_wr* bad = nullptr;
@@ -1151,7 +1193,7 @@ void VerbsTransport::post_credit(int peer) {
   }
   p.returns.publish();
   p.credit_due = false;
-  ++p.sends;
+  on_posted(p, signal);
 }
 
 std::string VerbsTransport::completion_error(ibv_wc_status status) const {
@@ -1269,9 +1311,9 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
             TransportCompletion{TransportCompletion::Kind::kNotify, peer, ntohl(w.imm_data), 0};
         continue;
       }
-      // A send completion: a user write, or a credit update.
-      if (p.sends > 0) --p.sends;
-      if (w.wr_id & kCreditWrite) {
+      // A send completion: a user write, or a control request (notify, credit update, fence).
+      retire(p, retired_by(w));
+      if (w.wr_id & kControl) {
         if (w.status != IBV_WC_SUCCESS) fail_peer(peer, completion_error(w.status));
         continue;
       }
@@ -1282,7 +1324,6 @@ size_t VerbsTransport::poll(std::span<TransportCompletion> out) {
         fail_peer(peer, completion_error(w.status));
         continue;
       }
-      if (!s.write) continue;  // a notify(): the contract gives kWriteDone for writes only
       out[n++] =
           TransportCompletion{TransportCompletion::Kind::kWriteDone, s.peer, s.tag, s.cookie};
     }
@@ -1400,7 +1441,8 @@ void VerbsTransport::drain_sends() {
   const auto deadline = std::chrono::steady_clock::now() + kCloseDrain;
   auto pending = [this] {
     for (const Peer& p : peers_) {
-      if (p.qp != nullptr && p.connected && !p.failed && p.sends > 0) return true;
+      // The unsignaled tail is credit updates, which nobody needs once we close.
+      if (p.qp != nullptr && p.connected && !p.failed && p.sends > p.unsignaled) return true;
     }
     return false;
   };
@@ -1416,7 +1458,7 @@ void VerbsTransport::drain_sends() {
       const auto qp = qp_to_peer_.find(wc[i].qp_num);
       if (qp == qp_to_peer_.end() || (wc[i].wr_id & kReceive)) continue;
       Peer& p = peers_[qp->second];
-      if (p.sends > 0) --p.sends;
+      retire(p, retired_by(wc[i]));
       if (wc[i].status != IBV_WC_SUCCESS) p.failed = true;  // nothing more will complete
     }
   }

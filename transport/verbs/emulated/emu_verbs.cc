@@ -111,6 +111,7 @@ struct Qp {
   uint8_t traffic_class = 0;
   uint8_t path_mtu = 0;  // ibv_mtu
   uint16_t pkey_index = 0;
+  std::atomic<uint64_t> send_completions{0};  // generated on send_cq (qp_attributes())
   // scripted faults (inject_*): packets still to lose, latency added to each request
   uint32_t drop = 0;
   Clock::duration delay{};
@@ -212,6 +213,14 @@ void complete(Cq& cq, const ibv_wc& wc) {
   }
 }
 
+ibv_wc make_wc(const Qp& qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode);
+
+// A send request's completion (counted: tests check how many the transport asks for).
+void complete_send(Qp& qp, uint64_t wr_id, ibv_wc_status status) {
+  qp.send_completions.fetch_add(1, std::memory_order_relaxed);
+  complete(*qp.send_cq, make_wc(qp, wr_id, status, IBV_WC_RDMA_WRITE));
+}
+
 ibv_wc make_wc(const Qp& qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode) {
   ibv_wc wc{};
   wc.wr_id = wr_id;
@@ -238,7 +247,7 @@ void enter_error(Qp& qp) {
     rq.swap(qp.rq);
   }
   for (const SendWqe& w : sq) {
-    complete(*qp.send_cq, make_wc(qp, w.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RDMA_WRITE));
+    complete_send(qp, w.wr_id, IBV_WC_WR_FLUSH_ERR);
   }
   for (uint64_t wr_id : rq) {
     complete(*qp.recv_cq, make_wc(qp, wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
@@ -255,7 +264,7 @@ void fail_head(Qp& qp, ibv_wc_status status) {
     qp.sq.pop_front();
   }
   EC_DEBUG(kNet, "emulated verbs: QP %u: %s", qp.handle->qp_num, wc_status_str(status));
-  complete(*qp.send_cq, make_wc(qp, w.wr_id, status, IBV_WC_RDMA_WRITE));
+  complete_send(qp, w.wr_id, status);
   enter_error(qp);
 }
 
@@ -410,7 +419,7 @@ bool run_head(Context& ctx, Qp& qp, Clock::time_point now, Clock::time_point* ne
         qp.sq.pop_front();
       }
       if (done.signaled) {
-        complete(*qp.send_cq, make_wc(qp, done.wr_id, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE));
+        complete_send(qp, done.wr_id, IBV_WC_SUCCESS);
       }
       return true;
     }
@@ -1126,6 +1135,7 @@ Result<QpAttributes> qp_attributes(QpRef ref) {
     out.traffic_class = qp.traffic_class;
     out.path_mtu = static_cast<ibv_mtu>(qp.path_mtu);
     out.pkey_index = qp.pkey_index;
+    out.send_completions = qp.send_completions.load(std::memory_order_relaxed);
   }));
   return out;
 }

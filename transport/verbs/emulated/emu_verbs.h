@@ -75,7 +75,8 @@ Status set_port_down(uint32_t lid, bool down);
 // IBV_WC_LOC_LEN_ERR.
 void set_max_message(uint32_t bytes);
 
-// What a QP was given by modify_qp, for tests of the transport's settings.
+// What a QP was given by modify_qp, for tests of the transport's settings, and how many send
+// completions it generated (signaled requests, errors and flushes).
 struct QpAttributes {
   ibv_qp_state state = IBV_QPS_RESET;
   uint8_t timeout = 0;
@@ -86,6 +87,7 @@ struct QpAttributes {
   uint8_t traffic_class = 0;
   ibv_mtu path_mtu = IBV_MTU_256;
   uint16_t pkey_index = 0;
+  uint64_t send_completions = 0;
 };
 Result<QpAttributes> qp_attributes(QpRef ref);
 
