@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 
 #include "runtime/build_config.h"
 #include "runtime/config.h"
@@ -36,7 +38,10 @@ DeviceInfo roce(const std::string& name, bool active = true) {
   p.link = LinkLayer::kEthernet;
   p.active_mtu = 1024;
   p.gids = {link_local(false), link_local(true), ipv4(7, false), ipv4(7, true), Gid{}, Gid{}};
-  return DeviceInfo{name, {p}};
+  DeviceInfo d;
+  d.name = name;
+  d.ports = {p};
+  return d;
 }
 
 // An InfiniBand HCA with two ports, the second one down.
@@ -52,13 +57,90 @@ DeviceInfo ib(const std::string& name) {
   p2.number = 2;
   p2.active = false;
   p2.lid = 0;
-  return DeviceInfo{name, {p1, p2}};
+  DeviceInfo d;
+  d.name = name;
+  d.ports = {p1, p2};
+  return d;
 }
 
 Config with(std::initializer_list<std::pair<const char*, const char*>> vars) {
   Config c;
   for (const auto& [name, value] : vars) EXPECT_TRUE(c.set(name, value).ok()) << name;
   return c;
+}
+
+// A two-socket host as nvidia-smi topo would draw it: host bridge pci0000:00 (NUMA 0) with a
+// PCIe switch holding GPU 0 and mlx5_0, and mlx5_1 on another root port; host bridge
+// pci0000:80 (NUMA 1) with mlx5_2 and mlx5_3.
+DeviceInfo placed(const std::string& name, const std::string& pci, int numa) {
+  DeviceInfo d = ib(name);
+  d.pci_path = pci;
+  d.numa_node = numa;
+  return d;
+}
+std::vector<DeviceInfo> two_socket_host() {
+  return {placed("mlx5_0",
+                 "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:10.0/0000:04:00.0", 0),
+          placed("mlx5_1", "/sys/devices/pci0000:00/0000:00:03.0/0000:06:00.0", 0),
+          placed("mlx5_2", "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0", 1),
+          placed("mlx5_3", "/sys/devices/pci0000:80/0000:80:02.0/0000:82:00.0", 1)};
+}
+const char* kGpu0 = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:08.0/0000:03:00.0";
+
+TEST(VerbsLocality, DistanceFollowsThePciTreeThenTheNumaNode) {
+  const auto host = two_socket_host();
+  const Locality gpu0{0, kGpu0};
+  EXPECT_EQ(nic_distance(host[0], gpu0), NicDistance::kSameSwitch);
+  EXPECT_EQ(nic_distance(host[1], gpu0), NicDistance::kSameHostBridge);
+  EXPECT_EQ(nic_distance(host[2], gpu0), NicDistance::kFar);
+  const Locality node1{1, ""};
+  EXPECT_EQ(nic_distance(host[0], node1), NicDistance::kFar);
+  EXPECT_EQ(nic_distance(host[2], node1), NicDistance::kSameNode);
+  EXPECT_EQ(nic_distance(host[2], Locality{}), NicDistance::kSameNode) << "unknown: no penalty";
+  DeviceInfo unplaced = ib("mlx5_9");
+  EXPECT_EQ(nic_distance(unplaced, gpu0), NicDistance::kSameNode);
+}
+
+TEST(VerbsLocality, RanksTakeTheNearestNicAndSpreadOverEquallyNearOnes) {
+  const auto host = two_socket_host();
+  const std::vector<size_t> all = {0, 1, 2, 3};
+  // The GPU's switch wins for every local rank.
+  for (uint32_t lr = 0; lr < 4; ++lr) {
+    EXPECT_EQ(choose_by_locality(host, all, Locality{0, kGpu0}, lr), 0u);
+  }
+  // A host rank on NUMA node 1 alternates over that node's two NICs.
+  EXPECT_EQ(choose_by_locality(host, all, Locality{1, ""}, 0), 2u);
+  EXPECT_EQ(choose_by_locality(host, all, Locality{1, ""}, 1), 3u);
+  EXPECT_EQ(choose_by_locality(host, all, Locality{1, ""}, 2), 2u);
+  // Nothing known: the local ranks spread over every NIC (all ranks took mlx5_0 before).
+  EXPECT_EQ(choose_by_locality(host, all, Locality{}, 3), 3u);
+  // Only the candidates count (devices without an active port are not among them).
+  const std::vector<size_t> far_only = {2, 3};
+  EXPECT_EQ(choose_by_locality(host, far_only, Locality{0, kGpu0}, 1), 3u);
+}
+
+TEST(VerbsLocality, ChooseEndpointUsesItUnlessADeviceIsNamed) {
+  const auto host = two_socket_host();
+  Config config;
+  config.local_rank = 1;
+  auto r = choose_endpoint(host, config, {}, Locality{1, ""});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r.value().device, "mlx5_3");
+  config = with({{"EAGERCOMM_IB_HCA", "mlx5_0"}});
+  config.local_rank = 1;
+  r = choose_endpoint(host, config, {}, Locality{1, ""});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value().device, "mlx5_0") << "EAGERCOMM_IB_HCA overrides locality";
+}
+
+TEST(VerbsLocality, TheCurrentNumaNodeIsReadOrUnknown) {
+  const int node = current_numa_node();
+  std::error_code ec;
+  if (std::filesystem::exists("/sys/devices/system/node/node0", ec)) {
+    EXPECT_GE(node, 0) << "sysfs has NUMA nodes: the thread's must be found";
+  } else {
+    EXPECT_EQ(node, -1);
+  }
 }
 
 TEST(VerbsChoice, NoDeviceSaysWhy) {

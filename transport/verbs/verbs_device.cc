@@ -2,7 +2,11 @@
 
 #include <arpa/inet.h>
 
+#include <sched.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 
 namespace eagercomm::verbs {
 namespace {
@@ -47,7 +51,64 @@ int auto_gid(const PortInfo& p) {
   return i;
 }
 
+// The components of a sysfs PCI path after /sys/devices ("pci0000:3a", "0000:3a:02.0", ...).
+std::vector<std::string_view> pci_components(std::string_view path) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (start < path.size()) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    if (end > start) out.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  const auto root =
+      std::find_if(out.begin(), out.end(), [](std::string_view c) { return c.starts_with("pci"); });
+  out.erase(out.begin(), root);
+  return out;
+}
+
 }  // namespace
+
+NicDistance nic_distance(const DeviceInfo& nic, const Locality& here) {
+  const auto a = pci_components(nic.pci_path);
+  const auto b = pci_components(here.gpu_pci_path);
+  if (!a.empty() && !b.empty()) {
+    size_t common = 0;
+    while (common < a.size() && common < b.size() && a[common] == b[common]) ++common;
+    // host bridge, root port, switch upstream port: a switch above both devices
+    if (common >= 3) return NicDistance::kSameSwitch;
+    if (common >= 1) return NicDistance::kSameHostBridge;
+  }
+  if (nic.numa_node < 0 || here.numa_node < 0 || nic.numa_node == here.numa_node) {
+    return NicDistance::kSameNode;
+  }
+  return NicDistance::kFar;
+}
+
+size_t choose_by_locality(std::span<const DeviceInfo> devices, std::span<const size_t> candidates,
+                          const Locality& here, uint32_t local_rank) {
+  NicDistance best = NicDistance::kFar;
+  for (const size_t i : candidates) best = std::min(best, nic_distance(devices[i], here));
+  std::vector<size_t> nearest;
+  for (const size_t i : candidates) {
+    if (nic_distance(devices[i], here) == best) nearest.push_back(i);
+  }
+  return nearest[local_rank % nearest.size()];
+}
+
+int current_numa_node() {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return -1;
+  std::error_code ec;
+  const std::filesystem::path dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu);
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("node") && name.size() > 4 &&
+        std::all_of(name.begin() + 4, name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return std::stoi(name.substr(4));
+    }
+  }
+  return -1;
+}
 
 const char* link_layer_name(LinkLayer link) {
   switch (link) {
@@ -101,7 +162,7 @@ const PortInfo* find_port(std::span<const DeviceInfo> devices, const Endpoint& e
 }
 
 Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const Config& config,
-                                 const std::string& why_none) {
+                                 const std::string& why_none, const Locality& here) {
   if (devices.empty()) {
     return make_status(StatusCode::kUnavailable, "verbs: no RDMA device here%s%s",
                        why_none.empty() ? "" : ": ", why_none.c_str());
@@ -118,12 +179,14 @@ Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const Conf
                          config.ib_hca.c_str(), names_of(devices).c_str());
     }
   } else {
-    for (const DeviceInfo& d : devices) {
-      const PortInfo* p = port_asked ? port_of(d, config.ib_port) : first_active(d);
-      if (p != nullptr && p->active) {
-        device = &d;
-        break;
-      }
+    std::vector<size_t> usable;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const PortInfo* p =
+          port_asked ? port_of(devices[i], config.ib_port) : first_active(devices[i]);
+      if (p != nullptr && p->active) usable.push_back(i);
+    }
+    if (!usable.empty()) {
+      device = &devices[choose_by_locality(devices, usable, here, config.local_rank)];
     }
     if (device == nullptr) {
       if (port_asked) {

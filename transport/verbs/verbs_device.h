@@ -41,7 +41,33 @@ struct PortInfo {
 struct DeviceInfo {
   std::string name;  // "mlx5_0"
   std::vector<PortInfo> ports;
+  // Where the NIC sits (sysfs: /sys/class/infiniband/<name>/device): its PCI path from the host
+  // bridge ("/sys/devices/pci0000:3a/0000:3a:02.0/0000:3c:00.0"; empty when unknown) and NUMA
+  // node (-1 when unknown).
+  std::string pci_path;
+  int numa_node = -1;
 };
+
+// What a rank is near: the NUMA node it runs on and, when it drives a GPU, that GPU's PCI path
+// (the same sysfs form). Unknown parts are -1 / empty.
+struct Locality {
+  int numa_node = -1;
+  std::string gpu_pci_path;
+};
+
+// How far a NIC is from `here`, nearest first, as NCCL ranks paths: behind the same PCIe switch
+// as the GPU, under the same host bridge, on the same NUMA node (or unknown), elsewhere.
+enum class NicDistance : uint8_t { kSameSwitch, kSameHostBridge, kSameNode, kFar };
+NicDistance nic_distance(const DeviceInfo& nic, const Locality& here);
+
+// Which of `candidates` (indices into `devices`) a rank takes: the nearest ones, and among those
+// the (local_rank mod count)-th, so the ranks of a host spread over equally near NICs instead
+// of all taking the first. `candidates` must not be empty.
+size_t choose_by_locality(std::span<const DeviceInfo> devices, std::span<const size_t> candidates,
+                          const Locality& here, uint32_t local_rank);
+
+// The NUMA node this thread runs on, from sysfs (-1 when unknown).
+int current_numa_node();
 
 // What list_verbs_devices() found, and why the list is empty when it is.
 struct DeviceList {
@@ -69,7 +95,8 @@ struct Endpoint {
 };
 
 // Chooses from `devices` by config.ib_hca / ib_port / ib_gid_index:
-//  - device: the named one, else the first that has an active port (and the asked port);
+//  - device: the named one, else of those with an active port (and the asked port) the one
+//    choose_by_locality() gives for `here` and config.local_rank;
 //  - port: the asked one (it must exist and be active), else the device's first active port;
 //  - GID on Ethernet (RoCE): the asked index (in range, not empty), else the first RoCE v2
 //    IPv4-mapped GID, else the first RoCE v2 one that is not link-local, else the first
@@ -77,7 +104,7 @@ struct Endpoint {
 // Errors name the variable and what exists here: kUnavailable when there is no device or no
 // active port, kInvalidArgument for a device, port or GID index that does not exist.
 Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const Config& config,
-                                 const std::string& why_none = {});
+                                 const std::string& why_none = {}, const Locality& here = {});
 
 // The RoCE v2 GID of an IP address on `port` (IPv4: its ::ffff:a.b.c.d form; IPv6: itself): the
 // entry rdma_cm uses for that address, which also fixes the interface and VLAN it goes out of

@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
 
 #include "runtime/build_config.h"
 #include "runtime/log.h"
@@ -39,6 +42,18 @@ std::vector<Gid> gid_table(const VerbsApi& api, ibv_context* ctx, uint8_t port, 
     out[i].roce_v2 = entry.gid_type == IBV_GID_TYPE_ROCE_V2;
   }
   return out;
+}
+
+// Where the NIC sits, from sysfs (verbs_device.h); the emulated device has no entry there.
+void read_locality(DeviceInfo& info) {
+  std::error_code ec;
+  const std::filesystem::path device = "/sys/class/infiniband/" + info.name + "/device";
+  const std::filesystem::path real = std::filesystem::canonical(device, ec);
+  if (ec) return;
+  info.pci_path = real.string();
+  std::ifstream node(real / "numa_node");
+  int n = -1;
+  if (node >> n) info.numa_node = n;
 }
 
 }  // namespace
@@ -84,6 +99,7 @@ DeviceList list_verbs_devices(const VerbsApi& api) {
       }
     }
     api.close_device(ctx);
+    read_locality(info);
     out.devices.push_back(std::move(info));
   }
   api.free_device_list(list);

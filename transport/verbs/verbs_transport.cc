@@ -302,7 +302,11 @@ Status VerbsTransport::init(const Config& config) {
   }
   qp_settings_ = verbs::qp_settings(config);
   const verbs::DeviceList list = verbs::list_verbs_devices(*api_);
-  EC_ASSIGN_OR_RETURN(endpoint_, verbs::choose_endpoint(list.devices, config, list.reason));
+  // No GPU is known here (a transport serves host and GPU buffers alike): the NUMA node decides,
+  // and the local rank spreads a host's ranks over equally near NICs.
+  verbs::Locality here;
+  here.numa_node = verbs::current_numa_node();
+  EC_ASSIGN_OR_RETURN(endpoint_, verbs::choose_endpoint(list.devices, config, list.reason, here));
   // The IP rdma_cm would use (listened on, and on RoCE the address whose GID the port uses).
   verbs::CmAddress ip;
   if (config.ib_connect != IbConnectMode::kStore ||
