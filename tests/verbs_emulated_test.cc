@@ -18,6 +18,12 @@
 #include "transport/registry.h"
 
 #if EAGERCOMM_HAVE_VERBS
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "transport/verbs/emulated/emu_cm.h"
 #include "transport/verbs/emulated/emu_device_memory.h"
 #include "transport/verbs/emulated/emu_verbs.h"
 #include "transport/verbs/verbs_qp_settings.h"
@@ -878,6 +884,41 @@ TEST(VerbsEmulated, AWriteAboveThePortsMaxMessageSizeIsAClearError) {
   ASSERT_TRUE(post(t, seen, [&] { return t[0]->write(*r.src, 0, *r.remote, 0, 4096, 2, 2); }).ok());
   ASSERT_TRUE(drive(t, seen, [&] { return count(seen[1], TransportCompletion::Kind::kNotify); }));
   EXPECT_FALSE(lost(seen[0], 1));
+}
+
+// A killed process's rdma_cm inbox (/dev/shm/eagercomm-vemucm-<uid>-<port>) was left behind
+// for good; the next channel made on the host removes it, and never a live channel's.
+TEST(VerbsEmulated, AKilledProcessesCmInboxIsReclaimedByTheNextChannel) {
+  const verbs::VerbsApi& api = verbs::emulated_verbs_api();
+  rdma_event_channel* live = api.create_event_channel();
+  ASSERT_NE(live, nullptr);
+  const std::filesystem::path live_inbox = "/dev/shm" + verbs::emu::inbox_name_of(live);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // makes a channel and dies without destroying it
+    rdma_event_channel* c = api.create_event_channel();
+    const std::string name = c != nullptr ? verbs::emu::inbox_name_of(c) : "";
+    (void)!write(fds[1], name.data(), name.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  char buf[128] = {};
+  const ssize_t got = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_GT(got, 0) << "the child made no channel";
+  const std::filesystem::path dead_inbox = std::string("/dev/shm") + buf;
+  ASSERT_TRUE(std::filesystem::exists(dead_inbox)) << dead_inbox;
+  rdma_event_channel* next = api.create_event_channel();
+  ASSERT_NE(next, nullptr);
+  EXPECT_FALSE(std::filesystem::exists(dead_inbox)) << "the dead process's inbox is still there";
+  EXPECT_TRUE(std::filesystem::exists(live_inbox)) << "a live channel's inbox was removed";
+  api.destroy_event_channel(next);
+  api.destroy_event_channel(live);
+  EXPECT_FALSE(std::filesystem::exists(live_inbox));
 }
 
 #else

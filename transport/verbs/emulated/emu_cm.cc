@@ -2,6 +2,7 @@
 #include "transport/verbs/emulated/emu_cm.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
@@ -11,6 +12,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -73,8 +75,8 @@ bool inbox_push(Inbox& box, const CmWire& m) {
   uint64_t pos = box.tail.load(std::memory_order_relaxed);
   for (;;) {
     InboxSlot& s = box.ring[pos & (kInboxSlots - 1)];
-    const int64_t diff = static_cast<int64_t>(s.seq.load(std::memory_order_acquire)) -
-                         static_cast<int64_t>(pos);
+    const int64_t diff =
+        static_cast<int64_t>(s.seq.load(std::memory_order_acquire)) - static_cast<int64_t>(pos);
     if (diff == 0) {
       if (box.tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
         s.msg = m;
@@ -148,8 +150,16 @@ bool send_through_port(uint32_t lid, const CmWire& m) {
 
 struct Channel;
 
-enum class IdState { kIdle, kBound, kListening, kResolved, kConnecting, kRequested, kConnected,
-                     kDisconnected };
+enum class IdState {
+  kIdle,
+  kBound,
+  kListening,
+  kResolved,
+  kConnecting,
+  kRequested,
+  kConnected,
+  kDisconnected
+};
 
 struct CmId {
   rdma_cm_id* handle = nullptr;
@@ -372,7 +382,36 @@ void on_message(Channel& ch, const CmWire& m) {
 
 // ---- the table's functions ----
 
+// Inboxes left by killed processes (a destroyed channel unlinks its own). An inbox belongs to
+// whoever holds its TCP port: one this process can bind has no channel, and while bound here no
+// channel can be made on that port and recreate the inbox, so the unlink races with nobody.
+void reclaim_dead_inboxes() {
+  const std::string prefix = "eagercomm-vemucm-" + std::to_string(getuid()) + "-";
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* e = readdir(dir)) {
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    char* end = nullptr;
+    const unsigned long port = std::strtoul(e->d_name + prefix.size(), &end, 10);
+    if (end == e->d_name + prefix.size() || *end != '\0' || port == 0 || port > 65535) continue;
+    const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) continue;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+      shm_unlink(inbox_name(static_cast<uint32_t>(port)).c_str());
+      EC_DEBUG(kNet, "emulated rdma_cm: reclaimed the inbox of port %lu (its process is gone)",
+               port);
+    }
+    close(s);
+  }
+  closedir(dir);
+}
+
 rdma_event_channel* create_event_channel() {
+  reclaim_dead_inboxes();
   // The kernel hands out the port, so it is unique on the host while the socket lives.
   const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return nullptr;
@@ -416,6 +455,14 @@ rdma_event_channel* create_event_channel() {
   ch.release();
   return &handle.release()->first;
 }
+
+}  // namespace
+
+std::string inbox_name_of(const rdma_event_channel* channel) {
+  return inbox_name(reinterpret_cast<const ChannelHandle*>(channel)->second->port);
+}
+
+namespace {
 
 void destroy_event_channel(rdma_event_channel* c) {
   std::unique_ptr<ChannelHandle> handle(reinterpret_cast<ChannelHandle*>(c));

@@ -15,6 +15,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+struct rdma_event_channel;
 
 namespace eagercomm::verbs {
 struct VerbsApi;
@@ -24,6 +27,9 @@ namespace emu {
 void fill_cm_table(VerbsApi& api);
 // A CM message that came through a port's ring (the device thread hands it over).
 void deliver_cm_packet(const uint8_t* data, uint32_t length);
+// The shared-memory name of a channel's inbox ("/eagercomm-vemucm-<uid>-<port>"), for tests.
+// A channel removes its own; one left by a killed process goes at the next channel's creation.
+std::string inbox_name_of(const rdma_event_channel* channel);
 
 }  // namespace emu
 }  // namespace eagercomm::verbs
