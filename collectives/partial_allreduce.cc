@@ -1,5 +1,7 @@
 #include "collectives/partial_allreduce.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -140,7 +142,7 @@ struct Descriptor {
   uint32_t sync_every;
   uint32_t result_depth;
   uint32_t stream;
-  uint32_t patience_permille;
+  uint32_t solo_speedup_permille;
 };
 static_assert(sizeof(Descriptor) % 8 == 0);
 
@@ -156,9 +158,9 @@ Descriptor describe_args(size_t count, DataType type, PartialMode mode, const Pa
   d.sync_every = o.sync_every;
   d.result_depth = o.result_depth;
   d.stream = stream;
-  d.patience_permille = o.patience >= 0 && o.patience <= PartialOptions::kMaxPatience
-                            ? static_cast<uint32_t>(std::lround(o.patience * 1000))
-                            : UINT32_MAX;
+  d.solo_speedup_permille = o.solo_speedup >= 1 && o.solo_speedup <= PartialOptions::kMaxSoloSpeedup
+                                ? static_cast<uint32_t>(std::lround(o.solo_speedup * 1000))
+                                : UINT32_MAX;
   return d;
 }
 
@@ -200,8 +202,8 @@ std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_
   if (a.sync_every != b.sync_every) return say("sync_every", a.sync_every, b.sync_every);
   if (a.seed != b.seed) return say("seed", a.seed, b.seed);
   if (a.result_depth != b.result_depth) return say("result_depth", a.result_depth, b.result_depth);
-  if (a.patience_permille != b.patience_permille) {
-    return say("patience (per mille)", a.patience_permille, b.patience_permille);
+  if (a.solo_speedup_permille != b.solo_speedup_permille) {
+    return say("solo_speedup (per mille)", a.solo_speedup_permille, b.solo_speedup_permille);
   }
   if (a.stream != b.stream) {
     return say("object number (ranks created partial allreduces in a different order)", a.stream,
@@ -228,10 +230,10 @@ Status validate(const Descriptor& d, int size) {
                        "partial allreduce: quorum(%d) with %d ranks (accepted: 1 .. %d)", d.quorum,
                        size, size);
   }
-  if (d.patience_permille == UINT32_MAX) {
+  if (d.solo_speedup_permille == UINT32_MAX) {
     return make_status(StatusCode::kInvalidArgument,
-                       "partial allreduce: patience is not in [0, %g] (a fraction of a step)",
-                       PartialOptions::kMaxPatience);
+                       "partial allreduce: solo_speedup is not in [1, %g] (a speedup per epoch)",
+                       PartialOptions::kMaxSoloSpeedup);
   }
   if (d.late > 1) {
     return make_status(StatusCode::kInvalidArgument,
@@ -349,6 +351,23 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
     std::atomic<bool>& flag;
     ~Unmark() { flag.store(false, std::memory_order_release); }
   } unmark{posting_};
+  // The compute before this post, for adaptive rounds (RankMeta::compute_us); the next one is
+  // measured from when this call returns.
+  const auto entered = std::chrono::steady_clock::now();
+  const bool measured = measure_next_;
+  const uint64_t compute_us =
+      measured ? static_cast<uint64_t>(std::max<int64_t>(
+                     std::chrono::duration_cast<std::chrono::microseconds>(entered - idle_since_)
+                         .count(),
+                     0))
+               : 0;
+  struct RestartCompute {
+    PartialAllreduce& pa;
+    ~RestartCompute() {
+      pa.idle_since_ = std::chrono::steady_clock::now();
+      pa.measure_next_ = true;
+    }
+  } restart{*this};
   // A device gradient: copied out before entering the open buffer, so the engine never waits on
   // a CUDA copy for the writer count to drop.
   if (count > 0 && gpu::available() && gpu::detected_kind(gradient) == MemoryKind::kCuda) {
@@ -381,6 +400,10 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
       reduce(s.type, ReduceOp::kSum, buf.data(), buf.data(), gradient, count);
     }
     ++buf.posts;
+    if (measured) {
+      buf.compute_us += compute_us;
+      ++buf.measured;
+    }
     buf.fresh |= !late;
     buf.min_base = std::min(buf.min_base, base);
     buf.writers.fetch_sub(1, std::memory_order_seq_cst);
@@ -443,6 +466,11 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
   constexpr std::chrono::milliseconds kCheckEvery{50};
   PartialShared& s = *shared_;
   log_set_thread_rank(s.rank);
+  // Time spent waiting here is not the application's compute (post() measures that).
+  struct RestartCompute {
+    std::chrono::steady_clock::time_point& since;
+    ~RestartCompute() { since = std::chrono::steady_clock::now(); }
+  } restart{idle_since_};
   timeout = core_->resolve(timeout);
   const auto deadline = deadline_after(timeout);
   for (;;) {
@@ -491,6 +519,7 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
     return Status(StatusCode::kAborted, "partial allreduce: flush() after destroy()");
   }
   log_set_thread_rank(s.rank);
+  measure_next_ = false;  // what follows a flush (evaluation, say) is not a step's compute
   // Ranks still in their loop must not wait for this one's posts any more.
   const uint64_t number = ++flushes_;
   push_event(PartialEvent{PartialEvent::Kind::kFlushing, number, false, 0});

@@ -24,12 +24,11 @@
 //   quorum(k)   the round's coordinator (rank r mod P), once k ranks have posted fresh for r:
 //               at least k contributions are fresh, guaranteed;
 //   sync        quorum(P): a synchronous allreduce of every rank's fresh gradient;
-//   adaptive    the round's coordinator (rank r mod P), once every rank has posted fresh for r,
-//               or `patience` steps after the first fresh post for r arrived, whichever comes
-//               first (a step: the coordinator's measured interval between its own posts). So
-//               a round is synchronous when the ranks arrive within the patience of each other,
-//               a quorum of those that did when some are late, and solo when one rank is far
-//               ahead: chosen per round from the measured arrival spread.
+//   adaptive    per window of rounds, solo or sync: solo while solo rounds are predicted to make
+//               an epoch at least `solo_speedup` times faster than synchronous ones, from the
+//               compute times the rounds' metadata carries (every rank's time outside this
+//               object's calls before each post); synchronous otherwise and at the start.
+//               Every rank decides the same from the same numbers (collectives/adaptive_regime.h).
 // Every sync_every-th round (option) is synchronous whatever the mode, which bounds staleness:
 // every post lands at most sync_every - 1 rounds after the round it was meant for.
 //
@@ -112,10 +111,10 @@ struct PartialOptions {
   uint32_t sync_every = 0;    // every N-th round is synchronous; 0: never
   uint64_t seed = 0;          // shared PRNG seed (majority initiators)
   uint32_t result_depth = 4;  // rounds a rank may hold unreleased (1 .. 1024)
-  // adaptive: how long a round's coordinator waits for the other ranks after the first fresh
-  // post, in steps (its own measured post interval); 0 .. kMaxPatience, kept to 1/1000.
-  static constexpr double kMaxPatience = 10.0;
-  double patience = 0.25;
+  // adaptive: the speedup per epoch that solo rounds must promise over synchronous ones to be
+  // run (their stale gradients cost accuracy); 1 .. kMaxSoloSpeedup, kept to 1/1000.
+  static constexpr double kMaxSoloSpeedup = 10.0;
+  double solo_speedup = 1.5;
 };
 
 // One round's result. Move-only; owns the result buffer until destroyed.
@@ -239,6 +238,10 @@ class PartialAllreduce {
   uint64_t arrived_round_ = UINT64_MAX;    // the round wait() last announced arrival for
   std::string last_timeout_;               // the last wait()'s timeout, told to peers on destroy
   std::vector<uint8_t> device_stage_;      // a device gradient's host copy (post)
+  // The application's compute before a post: from the end of this object's last post() or
+  // wait() (not across a flush(), after which comes evaluation, not a step) to the next post().
+  std::chrono::steady_clock::time_point idle_since_{};
+  bool measure_next_ = false;
 };
 
 }  // namespace eagercomm

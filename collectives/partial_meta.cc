@@ -7,8 +7,8 @@
 namespace eagercomm::detail {
 namespace {
 
-// Two 32-bit words per rank: age + 1, and posts << 1 | fresh.
-constexpr int kWords = 2;
+// Three 32-bit words per rank: age + 1; posts << 1 | fresh; compute_us << 6 | measured.
+constexpr int kWords = 3;
 
 // Bits of one digit: every integer below 2^bits is exact in the type.
 int digit_bits(DataType type) {
@@ -80,6 +80,10 @@ void write_rank_meta(void* tail, DataType type, int size, int rank, const RankMe
   const uint32_t posts = static_cast<uint32_t>(std::clamp(meta.posts, 0, 0x7fffffff));
   store_word(type, tail, slot(type, rank, 0), age1);
   store_word(type, tail, slot(type, rank, 1), posts << 1 | (meta.fresh ? 1u : 0u));
+  const uint32_t compute = std::min(meta.compute_us, RankMeta::kMaxComputeUs);
+  const uint32_t measured =
+      static_cast<uint32_t>(std::clamp(meta.measured, 0, RankMeta::kMaxMeasured));
+  store_word(type, tail, slot(type, rank, 2), compute << 6 | measured);
 }
 
 RankMeta read_rank_meta(const void* tail, DataType type, int size, int rank) {
@@ -90,6 +94,9 @@ RankMeta read_rank_meta(const void* tail, DataType type, int size, int rank) {
   m.age = static_cast<int>(std::min<uint32_t>(age1, 0x7fffffffu)) - 1;
   m.fresh = (w & 1u) != 0;
   m.posts = static_cast<int>(w >> 1);
+  const uint32_t c = load_word(type, tail, slot(type, rank, 2));
+  m.compute_us = c >> 6;
+  m.measured = static_cast<int>(c & 63u);
   return m;
 }
 

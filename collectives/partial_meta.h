@@ -1,5 +1,5 @@
-// Internal: a round's per-rank metadata (fresh, age, posts) travels in the tail of the round's
-// own data allreduce instead of a second collective. Not installed.
+// Internal: a round's per-rank metadata (fresh, age, posts, compute time) travels in the tail of
+// the round's own data allreduce instead of a second collective. Not installed.
 //
 // Every rank writes its values into its own slots of the tail and leaves every other slot zero,
 // so the sum the allreduce computes is each rank's values, unchanged: x + 0 is exact in every
@@ -18,6 +18,13 @@ struct RankMeta {
   bool fresh = false;  // the contribution held a post meant for the round
   int age = -1;        // rounds since the oldest post it holds was meant; -1: no data
   int posts = 0;       // posts folded into it
+  // The application's time outside this object's calls before `measured` of those posts
+  // (computing its gradients), summed, in microseconds; what adaptive rounds decide from
+  // (adaptive_regime.h). Kept to kMaxComputeUs and kMaxMeasured (clamped, never wrapped).
+  uint32_t compute_us = 0;
+  int measured = 0;
+  static constexpr uint32_t kMaxComputeUs = (1u << 26) - 1;  // 67 s
+  static constexpr int kMaxMeasured = 63;
 };
 
 // Elements of `type` the tail takes for `size` ranks.

@@ -33,12 +33,16 @@ struct ContributionBuffer {
   uint32_t posts = 0;
   bool fresh = false;
   uint64_t min_base = std::numeric_limits<uint64_t>::max();
+  uint64_t compute_us = 0;  // the application's compute before the measured posts (RankMeta)
+  uint32_t measured = 0;
 
   void* data() const { return region->data(); }
   void reset_meta() {
     posts = 0;
     fresh = false;
     min_base = std::numeric_limits<uint64_t>::max();
+    compute_us = 0;
+    measured = 0;
   }
 };
 
@@ -103,19 +107,11 @@ struct PartialShared {
   static uint64_t open_round(uint64_t packed) { return packed >> 16; }
   static uint32_t open_buffer(uint64_t packed) { return static_cast<uint32_t>(packed & 0xffff); }
 
-  // Who activates what (identical on every rank).
+  // Rounds that are synchronous whatever was measured (identical on every rank); adaptive rounds
+  // may be too (PartialStream, adaptive_regime.h).
   bool synchronous(uint64_t round) const {
     return mode.kind == PartialKind::kSync ||
            (options.sync_every > 0 && (round + 1) % options.sync_every == 0);
-  }
-  // Rounds whose coordinator counts fresh posts (quorum, adaptive, synchronous rounds).
-  bool counted(uint64_t round) const {
-    return synchronous(round) || mode.kind == PartialKind::kQuorum ||
-           mode.kind == PartialKind::kAdaptive;
-  }
-  // adaptive rounds wait for everybody unless the patience runs out (PartialStream).
-  int quorum(uint64_t round) const {
-    return synchronous(round) || mode.kind == PartialKind::kAdaptive ? size : mode.quorum;
   }
   int coordinator(uint64_t round) const { return static_cast<int>(round % size); }
   int initiator(uint64_t round) const;  // majority: drawn from (seed, round)

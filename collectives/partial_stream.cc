@@ -15,6 +15,10 @@ namespace {
 // separate metadata allreduce before the metadata moved into the data's tail).
 uint64_t round_of(OpKey key) { return key_seq(key) / 2; }
 
+// adaptive: rounds per regime window (adaptive_regime.h): long enough to average out one slow
+// step, short enough to follow a straggler that comes and goes within an epoch.
+constexpr uint64_t kAdaptiveWindow = 16;
+
 }  // namespace
 
 PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shared)
@@ -24,6 +28,13 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
       r_(shared_->rank),
       peer_closed_(P_, false),
       flushing_(P_, 0) {
+  if (shared_->mode.kind == PartialKind::kAdaptive) {
+    // A window longer than the rounds a rank can be ahead of its deliveries (adaptive_regime.h).
+    const uint64_t window =
+        std::max<uint64_t>(kAdaptiveWindow, uint64_t{shared_->options.result_depth} + 2);
+    regime_.emplace(P_, window, shared_->options.solo_speedup);
+    metas_.resize(static_cast<size_t>(P_));
+  }
   data_sig_.coll = static_cast<uint8_t>(CollKind::kAllreduce);
   data_sig_.dtype = static_cast<uint8_t>(shared_->type);
   data_sig_.redop = static_cast<uint8_t>(ReduceOp::kSum);
@@ -107,13 +118,6 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
 
 int PartialStream::advance() {
   int events = drain_events();
-  // adaptive: coordinated rounds whose patience ran out activate with the posts they have.
-  // check_quorum() erases only the round it is given, so the iterator past it stays valid.
-  for (auto it = first_arrival_.begin(); it != first_arrival_.end();) {
-    const uint64_t round = it->first;
-    ++it;
-    if (patience_over(round)) check_quorum(round);
-  }
   while (activated_ < want_ && activate_next()) ++events;
   events += start_taken();
   events += deliver();
@@ -133,9 +137,8 @@ int PartialStream::drain_events() {
         if (e.fresh) {
           posted_ = true;
           last_posted_ = std::max(last_posted_, e.round);
-          if (shared_->mode.kind == PartialKind::kAdaptive) measure_step();
         }
-        if (shared_->counted(e.round)) {
+        if (counted(e.round)) {
           // Only fresh posts count towards a quorum; the round's coordinator counts them.
           if (!e.fresh) break;
           const int c = shared_->coordinator(e.round);
@@ -166,8 +169,9 @@ int PartialStream::drain_events() {
 
 void PartialStream::consider_trigger(uint64_t round) {
   if (round < activated_ || !posted_ || last_posted_ < round) return;
-  if (shared_->counted(round)) return;
-  if (shared_->mode.kind == PartialKind::kSolo) {
+  if (counted(round)) return;
+  // Adaptive rounds that are not synchronous are solo rounds.
+  if (shared_->mode.kind == PartialKind::kSolo || shared_->mode.kind == PartialKind::kAdaptive) {
     want(round + 1);
   } else {
     const int initiator = shared_->initiator(round);
@@ -178,10 +182,7 @@ void PartialStream::consider_trigger(uint64_t round) {
 void PartialStream::count_arrival(uint64_t round, int peer) {
   if (round < activated_) return;  // already active
   std::vector<bool>& seen = arrivals_[round];
-  if (seen.empty()) {
-    seen.assign(P_, false);
-    if (shared_->mode.kind == PartialKind::kAdaptive) first_arrival_[round] = Clock::now();
-  }
+  if (seen.empty()) seen.assign(P_, false);
   seen[peer] = true;
   check_quorum(round);
 }
@@ -191,47 +192,14 @@ void PartialStream::check_quorum(uint64_t round) {
   if (it == arrivals_.end()) return;
   if (round < activated_) {
     arrivals_.erase(it);
-    first_arrival_.erase(round);
     return;
   }
   int count = 0;
   for (int i = 0; i < P_; ++i) count += it->second[i] || flushing(i);
-  if (count >= shared_->quorum(round) || patience_over(round)) {
+  if (count >= quorum(round)) {
     arrivals_.erase(it);
-    first_arrival_.erase(round);
     want(round + 1);
   }
-}
-
-void PartialStream::measure_step() {
-  // An exponential average of the intervals between this rank's own fresh posts: its step,
-  // computing and waiting together, which is what a late rank costs the others per step.
-  const Clock::time_point now = Clock::now();
-  if (own_posts_++ > 0) {
-    const double interval = std::chrono::duration<double>(now - last_own_post_).count();
-    step_s_ = own_posts_ == 2 ? interval : 0.9 * step_s_ + 0.1 * interval;
-  }
-  last_own_post_ = now;
-}
-
-PartialStream::Clock::time_point PartialStream::patience_end(uint64_t round) const {
-  auto it = first_arrival_.find(round);
-  // Until this rank has measured a step, wait for everybody (a synchronous round).
-  if (it == first_arrival_.end() || own_posts_ < 2 || shared_->synchronous(round)) {
-    return Clock::time_point::max();
-  }
-  return it->second + std::chrono::duration_cast<Clock::duration>(
-                          std::chrono::duration<double>(shared_->options.patience * step_s_));
-}
-
-bool PartialStream::patience_over(uint64_t round) const {
-  return Clock::now() >= patience_end(round);
-}
-
-PartialStream::Clock::time_point PartialStream::next_due() const {
-  Clock::time_point due = Clock::time_point::max();
-  for (const auto& [round, first] : first_arrival_) due = std::min(due, patience_end(round));
-  return due;
 }
 
 void PartialStream::reevaluate() {
@@ -258,7 +226,6 @@ bool PartialStream::activate_next() {
   activated_ = round + 1;
   shared_->activated.store(activated_, std::memory_order_release);
   arrivals_.erase(round);
-  first_arrival_.erase(round);
   // A flush is over once its round is active here; its flushing marks no longer count.
   for (auto it = flush_rounds_.begin(); it != flush_rounds_.end() && it->second <= round;) {
     flush_done_ = std::max(flush_done_, it->first);
@@ -296,6 +263,8 @@ void PartialStream::start(uint64_t index, Round& round) {
   mine.fresh = buf.fresh;
   mine.age = buf.posts ? static_cast<int>(std::min<uint64_t>(index - buf.min_base, INT32_MAX)) : -1;
   mine.posts = static_cast<int>(std::min<uint32_t>(buf.posts, INT32_MAX));
+  mine.compute_us = static_cast<uint32_t>(std::min<uint64_t>(buf.compute_us, UINT32_MAX));
+  mine.measured = static_cast<int>(std::min<uint32_t>(buf.measured, INT32_MAX));
   write_rank_meta(tail, shared_->type, P_, r_, mine);
   round.started = true;
 
@@ -333,6 +302,22 @@ int PartialStream::deliver() {
       break;
     }
     RoundRecord record{delivered_, round.buffer};
+    if (regime_) {
+      const void* tail = shared_->tail(round.buffer);
+      for (int p = 0; p < P_; ++p) metas_[p] = read_rank_meta(tail, shared_->type, P_, p);
+      regime_->observe(delivered_, metas_);
+      if ((delivered_ + 1) % regime_->window() == 0) {
+        EC_DEBUG(kPartial,
+                 "rank %d: adaptive: solo rounds predicted %.2fx per epoch: rounds from %llu "
+                 "run %s",
+                 r_, regime_->predicted_speedup(),
+                 static_cast<unsigned long long>((delivered_ / regime_->window() + 2) *
+                                                 regime_->window()),
+                 regime_->solo((delivered_ / regime_->window() + 2) * regime_->window())
+                     ? "solo"
+                     : "synchronously");
+      }
+    }
     rounds_.erase(it);
     // The queue holds every buffer the object has, so it is never full.
     if (!shared_->results.try_push(std::move(record))) {

@@ -14,13 +14,14 @@
 // earlier round not yet active (with whatever contribution is open, possibly nothing).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "collectives/adaptive_regime.h"
 #include "collectives/algorithms.h"
 #include "collectives/partial_shared.h"
 #include "collectives/stream_handler.h"
@@ -36,7 +37,6 @@ class PartialStream final : public StreamHandler {
 
   void on_message(InMessage* m, const MsgHeader& h) override;
   int advance() override;
-  std::chrono::steady_clock::time_point next_due() const override;
   void on_op_done(Op* op, const Status& status) override;
   void on_peer_gone(int peer, const Status& why) override;
   void on_closed() override;
@@ -62,12 +62,16 @@ class PartialStream final : public StreamHandler {
   void want(uint64_t end) { want_ = std::max(want_, end); }
   void count_arrival(uint64_t round, int peer);
   void check_quorum(uint64_t round);
-  // adaptive: this rank's step (between its own fresh posts), and when a round it coordinates
-  // stops waiting for the ranks that have not posted.
-  using Clock = std::chrono::steady_clock;
-  void measure_step();
-  Clock::time_point patience_end(uint64_t round) const;
-  bool patience_over(uint64_t round) const;
+  // Who activates what: synchronous rounds (sync, sync_every, adaptive rounds its regime runs
+  // synchronously) and quorum rounds are counted by their coordinator; the rest are solo or
+  // majority rounds.
+  bool synchronous(uint64_t round) const {
+    return shared_->synchronous(round) || (regime_ && !regime_->solo(round));
+  }
+  bool counted(uint64_t round) const {
+    return synchronous(round) || shared_->mode.kind == PartialKind::kQuorum;
+  }
+  int quorum(uint64_t round) const { return synchronous(round) ? P_ : shared_->mode.quorum; }
   // Activates `round` if this rank's posts in it are what the mode waits for.
   void consider_trigger(uint64_t round);
   // Flushing ranks post no more: quorums count them, majority rounds whose initiator flushes
@@ -92,10 +96,8 @@ class PartialStream final : public StreamHandler {
   uint64_t delivered_ = 0;  // rounds handed to the application queue
   std::map<uint64_t, Round> rounds_;                     // entered, not delivered
   std::map<uint64_t, std::vector<bool>> arrivals_;       // coordinator: fresh posts per round
-  std::map<uint64_t, Clock::time_point> first_arrival_;  // adaptive coordinator: first post
-  double step_s_ = 0;                                    // adaptive: this rank's step (EMA)
-  uint64_t own_posts_ = 0;
-  Clock::time_point last_own_post_;
+  std::optional<AdaptiveRegime> regime_;                 // adaptive: solo or synchronous rounds
+  std::vector<RankMeta> metas_;                          // adaptive: a delivered round's metadata
   std::map<uint64_t, std::vector<InMessage*>> stashed_;  // messages of rounds not started
   uint64_t broken_from_ = std::numeric_limits<uint64_t>::max();
   Status broken_why_;

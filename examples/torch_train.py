@@ -133,7 +133,7 @@ def train(config, seed, args, shard, test, gloo):
         net = model
         opt = et.EagerSGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                           weight_decay=args.weight_decay, mode=config[len("eager-"):],
-                          staleness=args.staleness, patience=args.patience)
+                          staleness=args.staleness, solo_speedup=args.solo_speedup)
     else:
         opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=args.momentum,
                               weight_decay=args.weight_decay)
@@ -285,8 +285,8 @@ def main():
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--staleness", choices=("momentum", "rate", "none"), default="momentum",
                    help="EagerSGD's staleness rule")
-    p.add_argument("--patience", type=float, default=0.25,
-                   help="EagerSGD adaptive: steps a round waits for the others")
+    p.add_argument("--solo-speedup", type=float, default=1.5,
+                   help="EagerSGD adaptive: solo rounds when they promise this speedup per epoch")
     p.add_argument("-k", type=int, default=1, help="ranks delayed per step")
     p.add_argument("--delay-ms", type=float, default=30.0, help="delay of each of them")
     p.add_argument("--seeds", default="1", help="comma-separated; every config runs per seed")
@@ -333,7 +333,7 @@ def main():
         print(f"{size} ranks, {args.train_samples} training samples ({len(shard[0])} per rank), "
               f"batch {args.batch} per rank, {args.epochs} epoch(s), lr {args.lr}, momentum "
               f"{args.momentum}, weight decay {args.weight_decay:g}; EagerSGD staleness "
-              f"{args.staleness}, patience {args.patience:g}; imbalance: {args.k} rank(s) sleep "
+              f"{args.staleness}, solo speedup {args.solo_speedup:g}; imbalance: {args.k} rank(s) sleep "
               f"{args.delay_ms:g} ms per step; {args.evals_per_epoch} evaluation(s) per epoch on "
               f"{args.test_total} test samples; seeds {','.join(map(str, seeds))}", flush=True)
     all_rows, per_seed = [], []

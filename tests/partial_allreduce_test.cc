@@ -5,13 +5,15 @@
 //   3. staleness: with sync_every = N every post lands fewer than N rounds late;
 //   4. solo: fast ranks do not wait for a straggler;
 //   5. majority: the mean fresh fraction is at least 1/2; quorum(k): every round has >= k fresh;
-//   6. adaptive: synchronous rounds when the ranks arrive together, and fast ranks that do not
-//      wait for a straggler far beyond the patience.
+//   6. adaptive: synchronous rounds when the ranks arrive together or one rank is slow at every
+//      step, solo rounds under a straggler that moves between ranks (collectives/
+//      adaptive_regime.h has the arithmetic's own tests).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 
+#include "collectives/adaptive_regime.h"
 #include "collectives/element_value.h"
 #include "collectives/partial_meta.h"
 #include "collectives/reduce_kernels.h"
@@ -231,47 +233,170 @@ TEST(PartialAllreduce, SoloFastRanksDoNotWaitForAStraggler) {
   expect_fast_ranks_go_on(PartialMode::solo(), 20, 3, 1500.0);
 }
 
-TEST(PartialAllreduce, AdaptiveLeavesAFarStragglerBehind) {
-  // Waiting for the straggler every round would take 40 x 200 ms; a quarter of a step after the
-  // first arrival (the default patience) the others go on, and a step is short once they do.
-  expect_fast_ranks_go_on(PartialMode::adaptive(), 40, 20, 4000.0);
+// The regime's arithmetic on made-up metadata: 4 ranks, windows of 8 rounds, solo from a
+// predicted 1.5x. compute(round, rank) is the rank's compute before its post in that round.
+std::vector<bool> regime_decisions(const std::function<uint32_t(uint64_t, int)>& compute,
+                                   uint64_t rounds, double* predicted = nullptr) {
+  detail::AdaptiveRegime regime(4, 8, 1.5);
+  std::vector<bool> solo;
+  std::vector<detail::RankMeta> metas(4);
+  for (uint64_t r = 0; r < rounds; ++r) {
+    solo.push_back(regime.solo(r));  // asked before the round, as the engine does
+    for (int p = 0; p < 4; ++p) {
+      metas[p] = {};
+      metas[p].posts = 1;
+      metas[p].age = 0;
+      metas[p].fresh = true;
+      metas[p].compute_us = compute(r, p);
+      metas[p].measured = metas[p].compute_us > 0 ? 1 : 0;
+    }
+    regime.observe(r, metas);
+  }
+  if (predicted) *predicted = regime.predicted_speedup();
+  return solo;
 }
 
-TEST(PartialAllreduce, AdaptiveWaitsForRanksThatArriveTogether) {
-  // Every rank sleeps the same 20 ms per step: arrivals spread by scheduling noise only, far
-  // less than the patience (half a step, 10 ms), so the rounds are synchronous.
+TEST(AdaptiveRegime, AMovingStragglerMakesRoundsSoloFromTheThirdWindow) {
+  // Rank r % 4 computes 40 ms in round r, the others 10 ms: a synchronous step lasts 40 ms,
+  // every rank's mean is 17.5 ms: 2.3x.
+  double predicted = 0;
+  const auto solo = regime_decisions(
+      [](uint64_t r, int p) { return r % 4 == static_cast<uint64_t>(p) ? 40'000u : 10'000u; }, 64,
+      &predicted);
+  EXPECT_NEAR(predicted, 40.0 / 17.5, 1e-9);
+  for (uint64_t r = 0; r < 16; ++r) EXPECT_FALSE(solo[r]) << "round " << r;
+  for (uint64_t r = 16; r < 64; ++r) EXPECT_TRUE(solo[r]) << "round " << r;
+}
+
+TEST(AdaptiveRegime, EqualPaceAndAPersistentStragglerStaySynchronous) {
+  // Scheduling noise only (10-12 ms), and rank 3 slow at every step (30 ms): the synchronous
+  // step is within 1.5x of the slowest rank's mean in both.
+  for (const auto& compute : std::vector<std::function<uint32_t(uint64_t, int)>>{
+           [](uint64_t r, int p) {
+             return 10'000u + static_cast<uint32_t>((r * 7 + p * 3) % 3) * 1000u;
+           },
+           [](uint64_t, int p) { return p == 3 ? 30'000u : 10'000u; }}) {
+    double predicted = 0;
+    const auto solo = regime_decisions(compute, 64, &predicted);
+    EXPECT_LT(predicted, 1.5);
+    for (uint64_t r = 0; r < 64; ++r) EXPECT_FALSE(solo[r]) << "round " << r;
+  }
+}
+
+TEST(AdaptiveRegime, FollowsAStragglerThatComesAndGoes) {
+  // The moving straggler for rounds 0-31, then equal pace: solo from window 2 (decided from
+  // window 0), synchronous again from the first window decided from two of equal pace.
+  const auto solo = regime_decisions(
+      [](uint64_t r, int p) {
+        return r < 32 && r % 4 == static_cast<uint64_t>(p) ? 40'000u : 10'000u;
+      },
+      80);
+  // Window 6 (rounds 48-55) is decided from windows 3 and 4, half straggler, half equal pace
+  // (25 ms against 13.75: 1.8x): still solo. Window 7 is decided from windows 4 and 5, equal
+  // pace: synchronous.
+  for (uint64_t r = 16; r < 56; ++r) EXPECT_TRUE(solo[r]) << "round " << r;
+  for (uint64_t r = 56; r < 80; ++r) EXPECT_FALSE(solo[r]) << "round " << r;
+}
+
+TEST(AdaptiveRegime, RoundsWithoutMeasuredPostsAndRoundsOutOfOrderCountForNothing) {
+  detail::AdaptiveRegime regime(2, 4, 1.5);
+  std::vector<detail::RankMeta> metas(2);
+  for (uint64_t r = 0; r < 8; ++r) {
+    // Rank r % 2 is 10x slower in round r: solo promises 1.8x; a flush round (no measured post)
+    // and a replayed round must not change that.
+    metas[0].compute_us = r % 2 == 0 ? 100'000 : 10'000;
+    metas[1].compute_us = r % 2 == 1 ? 100'000 : 10'000;
+    metas[0].measured = metas[1].measured = 1;
+    metas[0].posts = metas[1].posts = 1;
+    if (r == 5) {
+      metas[0].measured = metas[1].measured = 0;  // a flush round
+    }
+    regime.observe(r, metas);
+    regime.observe(r, metas);  // the same round again: ignored
+  }
+  regime.observe(100, metas);  // out of order: ignored
+  // Window 3 (rounds 12-15) is decided from windows 0 and 1; round 5 carried nothing.
+  EXPECT_TRUE(regime.solo(12));
+  EXPECT_FALSE(regime.solo(0));
+  EXPECT_FALSE(regime.solo(4));
+  EXPECT_TRUE(regime.solo(8));
+  // Rank 0 was slow in rounds 0, 2, 4, 6 and fast in 1, 3, 7: the slowest mean.
+  EXPECT_NEAR(regime.predicted_speedup(), 100.0 / ((100.0 * 4 + 10.0 * 3) / 7), 1e-9);
+}
+
+// Rounds [from, to) of rank 0's results before the flush round: how many had every rank fresh.
+std::pair<int, int> all_fresh_rounds(const std::vector<RankRecord>& rec, int ranks, uint64_t from,
+                                     uint64_t to) {
+  const uint64_t end = std::min(to, rounds_before_flush(rec));
+  int all_fresh = 0, n = 0;
+  for (const Received& x : rec[0].results) {
+    if (x.round < from || x.round >= end) continue;
+    all_fresh += x.fresh_count == ranks;
+    ++n;
+  }
+  return {all_fresh, n};
+}
+
+// Adaptive rounds are synchronous until two windows (16 rounds each at result_depth 4) are
+// measured, then follow the predicted speedup per epoch of solo rounds.
+constexpr uint64_t kAdaptiveWindow = 16;
+
+TEST(PartialAllreduce, AdaptiveGoesSoloUnderAStragglerThatMoves) {
+  // Rank (i mod 4) sleeps 20 ms before its i-th post: a synchronous step waits 20 ms every time,
+  // while each rank sleeps one step in four: solo rounds promise ~4x faster epochs.
   Scenario s;
   s.ranks = 4;
   s.mode = PartialMode::adaptive();
-  s.iterations = 30;
+  s.iterations = 112;
+  s.max_delay_us = 0;
+  s.rotate_slow = true;
+  s.slow_delay_ms = 20;
+  auto rec = run_scenario(s);
+  if (HasFailure()) return;
+  expect_conservation_and_replicas(s, rec, "adaptive, moving straggler");
+  const auto [sync_fresh, sync_n] = all_fresh_rounds(rec, s.ranks, 0, 2 * kAdaptiveWindow);
+  EXPECT_EQ(sync_fresh, sync_n) << "the first two windows are synchronous";
+  EXPECT_EQ(sync_n, static_cast<int>(2 * kAdaptiveWindow));
+  // From window 3 on, solo: the round the straggler sleeps in goes on without it. Wide margin
+  // (a descheduled rank can make a solo round look synchronous, never the reverse).
+  const auto [solo_fresh, solo_n] = all_fresh_rounds(rec, s.ranks, 3 * kAdaptiveWindow, UINT64_MAX);
+  ASSERT_GT(solo_n, 20);
+  EXPECT_LE(solo_fresh, solo_n / 2)
+      << solo_fresh << " of " << solo_n << " rounds from window 3 on were synchronous";
+}
+
+// Every rank sleeps 20 ms per step (equal pace), or rank 3 alone sleeps 30 ms at every step (a
+// persistent straggler: an epoch lasts its shard whatever the rounds do): solo rounds would
+// gain nothing per epoch, so the rounds stay synchronous.
+void expect_adaptive_stays_synchronous(bool everybody_sleeps) {
+  Scenario s;
+  s.ranks = 4;
+  s.mode = PartialMode::adaptive();
+  s.iterations = 80;
   s.delay_probability = 0;
-  s.options.patience = 0.5;
-  std::vector<RankRecord> rec;
-  {
-    Scenario paced = s;
-    paced.slow_rank = -1;
-    auto w = World::make(paced.ranks, test_config(paced.config));
-    rec.resize(paced.ranks);
-    w->run([&](int rank, Communicator& comm) {
-      Scenario mine = paced;
-      mine.slow_rank = rank;  // every rank "slow" by the same 20 ms: equal pace
-      mine.slow_delay_ms = 20;
-      rec[rank] = run_rank(rank, comm, mine);
-    });
-    for (int r = 0; r < s.ranks; ++r) ASSERT_TRUE(rec[r].error.ok()) << rec[r].error.to_string();
-  }
-  expect_conservation_and_replicas(s, rec, "adaptive balanced");
-  const uint64_t checked = rounds_before_flush(rec);
-  int all_fresh = 0, n = 0;
-  for (const Received& x : rec[0].results) {
-    if (x.round >= checked) break;
-    all_fresh += x.fresh_count == s.ranks;
-    ++n;
-  }
-  ASSERT_GT(n, 10);
-  // Wide margin: a rank descheduled for more than 10 ms on this shared machine makes a round
-  // partial now and then.
-  EXPECT_GE(all_fresh, n * 2 / 3) << all_fresh << " of " << n << " rounds synchronous";
+  std::vector<RankRecord> rec(s.ranks);
+  auto w = World::make(s.ranks, test_config(s.config));
+  w->run([&](int rank, Communicator& comm) {
+    Scenario mine = s;
+    mine.slow_rank = everybody_sleeps ? rank : 3;
+    mine.slow_delay_ms = everybody_sleeps ? 20 : 30;
+    rec[rank] = run_rank(rank, comm, mine);
+  });
+  for (int r = 0; r < s.ranks; ++r) ASSERT_TRUE(rec[r].error.ok()) << rec[r].error.to_string();
+  const std::string what = everybody_sleeps ? "adaptive, equal pace" : "adaptive, slow rank 3";
+  expect_conservation_and_replicas(s, rec, what);
+  const auto [all_fresh, n] = all_fresh_rounds(rec, s.ranks, 0, UINT64_MAX);
+  ASSERT_GT(n, 60) << what;
+  // Synchronous rounds wait for every fresh post: no exception, however the ranks are scheduled.
+  EXPECT_EQ(all_fresh, n) << what << ": " << all_fresh << " of " << n << " rounds synchronous";
+}
+
+TEST(PartialAllreduce, AdaptiveStaysSynchronousWhenRanksKeepPace) {
+  expect_adaptive_stays_synchronous(true);
+}
+
+TEST(PartialAllreduce, AdaptiveStaysSynchronousUnderAPersistentStraggler) {
+  expect_adaptive_stays_synchronous(false);
 }
 
 TEST(PartialAllreduce, SyncModeIsAPlainAllreduceOfFreshGradients) {
@@ -310,6 +435,9 @@ TEST(PartialMeta, EveryRanksValuesSurviveTheSumInEveryType) {
         m.posts = pick == 0 ? 0 : pick == 1 ? 1 : pick == 2 ? 257 + r : 0x7fffffff - r;
         m.age = m.posts == 0 ? -1 : pick == 3 ? 1'000'000'007 : static_cast<int>(rng() % 70000);
         m.fresh = m.posts > 0 && (rng() & 1);
+        m.compute_us =
+            pick == 3 ? detail::RankMeta::kMaxComputeUs : static_cast<uint32_t>(rng() % 5'000'000);
+        m.measured = static_cast<int>(rng() % (detail::RankMeta::kMaxMeasured + 1));
         std::fill(one.begin(), one.end(), uint8_t{0});
         detail::write_rank_meta(one.data(), type, P, r, m);
         reduce(type, ReduceOp::kSum, sum.data(), sum.data(), one.data(), n);
@@ -319,15 +447,20 @@ TEST(PartialMeta, EveryRanksValuesSurviveTheSumInEveryType) {
         ASSERT_EQ(got.posts, want[r].posts) << dtype_name(type) << " P=" << P << " rank " << r;
         ASSERT_EQ(got.age, want[r].age) << dtype_name(type) << " P=" << P << " rank " << r;
         ASSERT_EQ(got.fresh, want[r].fresh) << dtype_name(type) << " P=" << P << " rank " << r;
+        ASSERT_EQ(got.compute_us, want[r].compute_us) << dtype_name(type) << " P=" << P;
+        ASSERT_EQ(got.measured, want[r].measured) << dtype_name(type) << " P=" << P;
       }
     }
   }
   // Out of range: clamped, never wrapped to a small number.
   std::vector<float> tail(detail::meta_elements(DataType::kFloat32, 1), 0.0f);
-  detail::write_rank_meta(tail.data(), DataType::kFloat32, 1, 0, {true, INT32_MAX, -5});
+  detail::write_rank_meta(tail.data(), DataType::kFloat32, 1, 0,
+                          {true, INT32_MAX, -5, UINT32_MAX, 1000});
   const detail::RankMeta got = detail::read_rank_meta(tail.data(), DataType::kFloat32, 1, 0);
   EXPECT_EQ(got.age, INT32_MAX - 1);
   EXPECT_EQ(got.posts, 0);
+  EXPECT_EQ(got.compute_us, detail::RankMeta::kMaxComputeUs);
+  EXPECT_EQ(got.measured, detail::RankMeta::kMaxMeasured);
 }
 
 // Every data type carries its metadata through real rounds: sync rounds report every rank fresh

@@ -28,6 +28,7 @@ struct Scenario {
   int slow_rank = -1;  // this rank sleeps slow_delay_ms before every post
   int slow_delay_ms = 0;
   int slow_iterations = -1;  // the slow rank's posts (-1: iterations)
+  bool rotate_slow = false;  // instead of slow_rank: rank it % ranks sleeps before post it
   std::vector<std::pair<std::string, std::string>> config;
 };
 
@@ -118,7 +119,8 @@ inline RankRecord run_rank(int rank, Communicator& comm, const Scenario& s) {
       rank == s.slow_rank && s.slow_iterations >= 0 ? s.slow_iterations : s.iterations;
   const auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < my_iterations; ++it) {
-    if (rank == s.slow_rank && s.slow_delay_ms > 0) {
+    const bool slow_now = s.rotate_slow ? it % s.ranks == rank : rank == s.slow_rank;
+    if (slow_now && s.slow_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(s.slow_delay_ms));
     } else if (s.max_delay_us > 0 && coin(rng) < s.delay_probability) {
       std::this_thread::sleep_for(

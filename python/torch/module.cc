@@ -330,7 +330,7 @@ PYBIND11_MODULE(_torch, m) {
                        uint64_t warmup_rounds, double warmup_start,
                        std::vector<uint64_t> milestones, double gamma, const std::string& late,
                        uint32_t sync_every, uint64_t seed, uint32_t result_depth, double timeout_s,
-                       bool broadcast_initial, const std::string& staleness, double patience) {
+                       bool broadcast_initial, const std::string& staleness, double solo_speedup) {
              if (!comm) throw py::value_error("EagerSGD: no communicator");
              check_flat(params, "EagerSGD", "the parameter buffer");
              check_flat(grads, "EagerSGD", "the gradient buffer");
@@ -350,12 +350,12 @@ PYBIND11_MODULE(_torch, m) {
              Result<sgd::StalenessRule> rule = sgd::parse_staleness_rule(staleness);
              if (!rule.ok()) throw py::value_error("EagerSGD: " + rule.status().message());
              o.staleness = rule.value();
-             if (!(patience >= 0 && patience <= PartialOptions::kMaxPatience)) {
-               throw py::value_error("EagerSGD: patience " + std::to_string(patience) +
-                                     " is not in [0, " +
-                                     std::to_string(PartialOptions::kMaxPatience) + "]");
+             if (!(solo_speedup >= 1 && solo_speedup <= PartialOptions::kMaxSoloSpeedup)) {
+               throw py::value_error("EagerSGD: solo_speedup " + std::to_string(solo_speedup) +
+                                     " is not in [1, " +
+                                     std::to_string(PartialOptions::kMaxSoloSpeedup) + "]");
              }
-             o.partial.patience = patience;
+             o.partial.solo_speedup = solo_speedup;
              o.broadcast_initial = broadcast_initial;
              o.timeout = to_timeout(timeout_s, "EagerSGD");
              py::gil_scoped_release nogil;  // create() is collective
@@ -366,7 +366,7 @@ PYBIND11_MODULE(_torch, m) {
            py::arg("warmup_start"), py::arg("milestones"), py::arg("gamma"), py::arg("late"),
            py::arg("sync_every"), py::arg("seed"), py::arg("result_depth"), py::arg("timeout_s"),
            py::arg("broadcast_initial"), py::arg("staleness") = "momentum",
-           py::arg("patience") = PartialOptions{}.patience)
+           py::arg("solo_speedup") = PartialOptions{}.solo_speedup)
       .def("step", &EagerSgdHandle::step, py::call_guard<py::gil_scoped_release>())
       .def("finish", &EagerSgdHandle::finish, py::call_guard<py::gil_scoped_release>())
       .def("stats", [](const EagerSgdHandle& h) { return sgd_stats(h.opt()); })

@@ -117,7 +117,7 @@ std::string train_usage() {
   --momentum X       [0.9]           --weight-decay X   [5e-4]
   --eager-momentum X momentum of the eager modes [--momentum]
   --staleness R      none | momentum | rate: how rounds correct for stale gradients [momentum]
-  --patience X       adaptive: steps a round waits for the other ranks [0.25, at most 10]
+  --solo-speedup X   adaptive: run solo rounds when they promise X times faster epochs [1.5, 1..10]
   --warmup N         linear warm-up over N rounds [0]
   --milestones R,..  multiply the rate by --gamma at these rounds []   --gamma X [0.1]
   --sync-every N     every N-th round synchronous [0: never]
@@ -224,7 +224,7 @@ Result<TrainOptions> parse_train_options(int argc, char** argv) {
          o.staleness = rule.value();
          return Status::Ok();
        }},
-      {"--patience", real(&o.patience, 0.0, PartialOptions::kMaxPatience)},
+      {"--solo-speedup", real(&o.solo_speedup, 1.0, PartialOptions::kMaxSoloSpeedup)},
       {"--json", text(&o.json)},
       {"--curve", text(&o.curve)},
       {"--data", text(&o.data_dir)},

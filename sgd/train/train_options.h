@@ -26,7 +26,7 @@ struct TrainOptions {
   double eager_momentum = -1;
   double eager_momentum_in_force() const { return eager_momentum >= 0 ? eager_momentum : momentum; }
   StalenessRule staleness = StalenessRule::kMomentum;
-  double patience = PartialOptions{}.patience;  // adaptive mode, in steps
+  double solo_speedup = PartialOptions{}.solo_speedup;  // adaptive mode
   double weight_decay = 5e-4;
   uint64_t warmup_rounds = 0;
   std::vector<uint64_t> milestones;  // rounds

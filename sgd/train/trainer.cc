@@ -150,7 +150,7 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
   so.partial.seed = seed;
   so.partial.sync_every = o.sync_every;
   so.partial.result_depth = 8;
-  so.partial.patience = o.patience;
+  so.partial.solo_speedup = o.solo_speedup;
   so.lr.base = o.lr;
   so.lr.warmup_rounds = o.warmup_rounds;
   so.lr.milestones = o.milestones;
@@ -485,8 +485,8 @@ std::string format_reports(const std::vector<ModeReport>& reports, const TrainOp
   out += line;
   out += "# seeds " + seed_list(o.seeds_in_force());
   std::snprintf(line, sizeof(line),
-                "; %d evaluation(s) per epoch; staleness rule %s; patience %g\n", o.evals_per_epoch,
-                staleness_rule_name(o.staleness).c_str(), o.patience);
+                "; %d evaluation(s) per epoch; staleness rule %s; solo speedup %g\n",
+                o.evals_per_epoch, staleness_rule_name(o.staleness).c_str(), o.solo_speedup);
   out += line;
   // What the less obvious columns mean, in the table itself: it is what users paste around.
   out +=
@@ -533,8 +533,8 @@ std::string reports_to_json(const std::vector<ModeReport>& reports, const TrainO
       ", \"momentum\": " + num(o.momentum) +
       ", \"eager_momentum\": " + num(o.eager_momentum_in_force()) +
       ", \"weight_decay\": " + num(o.weight_decay) + ", \"staleness\": \"" +
-      staleness_rule_name(o.staleness) + "\", \"patience\": " + num(o.patience) + ", \"seeds\": [" +
-      seed_list(o.seeds_in_force()) +
+      staleness_rule_name(o.staleness) + "\", \"solo_speedup\": " + num(o.solo_speedup) +
+      ", \"seeds\": [" + seed_list(o.seeds_in_force()) +
       "], \"evals_per_epoch\": " + std::to_string(o.evals_per_epoch) + ", \"modes\": [";
   char buf[768];
   for (size_t i = 0; i < reports.size(); ++i) {

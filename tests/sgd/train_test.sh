@@ -3,7 +3,7 @@
 # loss and beats chance on the test set in every mode (wide margins), a tiny run over two seeds
 # reports time to accuracy in the table, the JSON and the CSV, and bad input (a missing or
 # corrupt data set, an unknown model or mode, bad seeds, evaluations, staleness rule or
-# patience) gives a clear error that names the option.
+# solo speedup) gives a clear error that names the option.
 # usage: tests/sgd/train_test.sh BUILD_DIR
 set -euo pipefail
 build=$1
@@ -37,8 +37,8 @@ expect_error "\-\-seeds '1,,2': '' is not a seed" "$train" --seeds 1,,2
 expect_error "\-\-seeds '-1': '-1' is not a seed" "$train" --seeds -1
 expect_error "\-\-evals-per-epoch '0': out of range" "$train" --evals-per-epoch 0
 expect_error "\-\-staleness 'foo': rules are none, momentum and rate" "$train" --staleness foo
-expect_error "\-\-patience '-1': out of range" "$train" --patience -1
-expect_error "\-\-patience '11': out of range" "$train" --patience 11
+expect_error "\-\-solo-speedup '0.5': out of range" "$train" --solo-speedup 0.5
+expect_error "\-\-solo-speedup '11': out of range" "$train" --solo-speedup 11
 expect_error "dataset-fashion-mnist" "$run" -n 2 "$train" --data "$work/none"
 mkdir "$work/corrupt"
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte \
@@ -75,7 +75,7 @@ done
   --train-limit 512 --test-limit 256 --batch 32 --imbalance 1:5 --log-every 0 \
   --json "$work/tta.json" --curve "$work/tta.csv" >"$work/tta.log" 2>&1 \
   || fail "seeds: $(cat "$work/tta.log")"
-for needle in "# seeds 1,2; 2 evaluation(s) per epoch; staleness rule momentum; patience 0.25" \
+for needle in "# seeds 1,2; 2 evaluation(s) per epoch; staleness rule momentum; solo speedup 1.5" \
   "acc@T (%)" "to-sync-acc" "mom"; do
   grep -qF "$needle" "$work/tta.log" || fail "seeds: the table lacks '$needle': $(cat "$work/tta.log")"
 done
@@ -90,7 +90,7 @@ python3 - "$work/tta.json" "$work/tta.csv" <<'PY'
 import csv, json, sys
 report = json.load(open(sys.argv[1]))
 assert report["seeds"] == [1, 2] and report["evals_per_epoch"] == 2, report
-assert report["staleness"] == "momentum" and report["patience"] == 0.25, report
+assert report["staleness"] == "momentum" and report["solo_speedup"] == 1.5, report
 runs = report["modes"]
 assert [(r["mode"], r["seed"]) for r in runs] == [("sync", 1), ("solo", 1), ("sync", 2),
                                                  ("solo", 2)], runs
@@ -139,7 +139,7 @@ PY
 # The eager momentum: the default is --momentum (the staleness rule corrects it per round); an
 # explicit one is taken as given. Without sync the comparisons are null, not "never reached".
 for args in "--mode solo --momentum 0.5:momentum 0.5 (eager modes 0.5)" \
-  "--mode adaptive --momentum 0.95 --eager-momentum 0.6 --staleness rate --patience 0.5:momentum 0.95 (eager modes 0.6)"; do
+  "--mode adaptive --momentum 0.95 --eager-momentum 0.6 --staleness rate --solo-speedup 2:momentum 0.95 (eager modes 0.6)"; do
   # shellcheck disable=SC2086
   "$run" -n 2 "$train" --model cnn --epochs 1 --train-limit 256 --test-limit 256 --batch 32 \
     --log-every 0 --json "$work/m.json" ${args%%:*} >"$work/m.log" 2>&1 \
@@ -154,5 +154,5 @@ assert m["epoch_speedup"] is None and report["modes"][0]["target_accuracy"] is N
 PY
   echo "ok: ${args%%:*} -> ${args#*:}"
 done
-grep -qF "staleness rule rate; patience 0.5" "$work/m.log" \
-  || fail "--staleness rate --patience 0.5: header $(head -3 "$work/m.log")"
+grep -qF "staleness rule rate; solo speedup 2" "$work/m.log" \
+  || fail "--staleness rate --solo-speedup 2: header $(head -3 "$work/m.log")"

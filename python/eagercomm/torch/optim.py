@@ -33,8 +33,9 @@ class EagerSGD(torch.optim.Optimizer):
     "adaptive" or "quorum:K"; staleness "momentum" (default: mu is momentum lowered for the
     measured staleness of the rounds, 1 - mu = (1 - momentum)(1 + s), so the same momentum as
     for torch.optim.SGD is right in every mode), "rate" (lr / (1 + s) per round) or "none";
-    patience (adaptive: how long, in steps, a round waits for the other ranks after the first
-    post, default 0.25); the rate is a function of the round (warmup_rounds, warmup_start,
+    solo_speedup (adaptive: runs solo rounds while they are predicted to make an epoch at least
+    that many times faster than synchronous rounds, from the measured compute times; default
+    1.5, 1 to 10); the rate is a function of the round (warmup_rounds, warmup_start,
     milestones, gamma), which keeps replicas identical (torch lr schedulers are not supported);
     late "carry" (default) or "drop"; sync_every N makes every N-th round synchronous; seed
     (majority's shared PRNG); result_depth (rounds a rank may lag); timeout in seconds
@@ -52,7 +53,7 @@ class EagerSGD(torch.optim.Optimizer):
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, mode="solo", *,
                  warmup_rounds=0, warmup_start=0.1, milestones=(), gamma=0.1, late="carry",
                  sync_every=0, seed=0, result_depth=4, timeout=0.0, broadcast_initial=True,
-                 staleness="momentum", patience=0.25, process_group=None, communicator=None):
+                 staleness="momentum", solo_speedup=1.5, process_group=None, communicator=None):
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay)
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
@@ -107,7 +108,7 @@ class EagerSGD(torch.optim.Optimizer):
             milestones=milestones, gamma=float(gamma), late=str(late),
             sync_every=sync_every, seed=seed, result_depth=result_depth,
             timeout_s=float(timeout), broadcast_initial=bool(broadcast_initial),
-            staleness=str(staleness), patience=float(patience))
+            staleness=str(staleness), solo_speedup=float(solo_speedup))
 
     def _rebind(self):
         """Makes every parameter and gradient a view of the flat buffers again (see class doc)."""

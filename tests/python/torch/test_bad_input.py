@@ -65,8 +65,8 @@ expect_raises(ValueError, "mode 'sometimes'",
               lambda: et.EagerSGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, mode="sometimes"))
 expect_raises(ValueError, "staleness rule 'stale'",
               lambda: et.EagerSGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, staleness="stale"))
-expect_raises(ValueError, "patience -1",
-              lambda: et.EagerSGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, patience=-1))
+expect_raises(ValueError, "solo_speedup 0.5",
+              lambda: et.EagerSGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, solo_speedup=0.5))
 expect_raises(ValueError, "late='later'",
               lambda: et.EagerSGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, late="later"))
 gloo = dist.new_group(backend="gloo")
