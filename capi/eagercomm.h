@@ -171,7 +171,7 @@ typedef struct ec_partial ec_partial;
 typedef EC_ENUM(ec_partial_mode){
     EC_PARTIAL_SYNC = 0, EC_PARTIAL_SOLO = 1, EC_PARTIAL_MAJORITY = 2,
     EC_PARTIAL_QUORUM = 3,  /* ec_partial_options.quorum ranks fresh */
-    EC_PARTIAL_ADAPTIVE = 4 /* sync, or solo while measured compute times promise 1.5x per epoch */
+    EC_PARTIAL_ADAPTIVE = 4 /* sync, or solo while measured compute times promise 1.3x per epoch */
 } ec_partial_mode;
 
 typedef EC_ENUM(ec_late_policy){EC_LATE_CARRY = 0, EC_LATE_DROP = 1} ec_late_policy;

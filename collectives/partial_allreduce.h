@@ -114,7 +114,7 @@ struct PartialOptions {
   // adaptive: the speedup per epoch that solo rounds must promise over synchronous ones to be
   // run (their stale gradients cost accuracy); 1 .. kMaxSoloSpeedup, kept to 1/1000.
   static constexpr double kMaxSoloSpeedup = 10.0;
-  double solo_speedup = 1.5;
+  double solo_speedup = 1.3;
 };
 
 // One round's result. Move-only; owns the result buffer until destroyed.

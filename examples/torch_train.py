@@ -285,7 +285,7 @@ def main():
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--staleness", choices=("momentum", "rate", "none"), default="momentum",
                    help="EagerSGD's staleness rule")
-    p.add_argument("--solo-speedup", type=float, default=1.5,
+    p.add_argument("--solo-speedup", type=float, default=1.3,
                    help="EagerSGD adaptive: solo rounds when they promise this speedup per epoch")
     p.add_argument("-k", type=int, default=1, help="ranks delayed per step")
     p.add_argument("--delay-ms", type=float, default=30.0, help="delay of each of them")

@@ -117,7 +117,7 @@ std::string train_usage() {
   --momentum X       [0.9]           --weight-decay X   [5e-4]
   --eager-momentum X momentum of the eager modes [--momentum]
   --staleness R      none | momentum | rate: how rounds correct for stale gradients [momentum]
-  --solo-speedup X   adaptive: run solo rounds when they promise X times faster epochs [1.5, 1..10]
+  --solo-speedup X   adaptive: run solo rounds when they promise X times faster epochs [1.3, 1..10]
   --warmup N         linear warm-up over N rounds [0]
   --milestones R,..  multiply the rate by --gamma at these rounds []   --gamma X [0.1]
   --sync-every N     every N-th round synchronous [0: never]

@@ -35,7 +35,7 @@ class EagerSGD(torch.optim.Optimizer):
     for torch.optim.SGD is right in every mode), "rate" (lr / (1 + s) per round) or "none";
     solo_speedup (adaptive: runs solo rounds while they are predicted to make an epoch at least
     that many times faster than synchronous rounds, from the measured compute times; default
-    1.5, 1 to 10); the rate is a function of the round (warmup_rounds, warmup_start,
+    1.3, 1 to 10); the rate is a function of the round (warmup_rounds, warmup_start,
     milestones, gamma), which keeps replicas identical (torch lr schedulers are not supported);
     late "carry" (default) or "drop"; sync_every N makes every N-th round synchronous; seed
     (majority's shared PRNG); result_depth (rounds a rank may lag); timeout in seconds
@@ -53,7 +53,7 @@ class EagerSGD(torch.optim.Optimizer):
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, mode="solo", *,
                  warmup_rounds=0, warmup_start=0.1, milestones=(), gamma=0.1, late="carry",
                  sync_every=0, seed=0, result_depth=4, timeout=0.0, broadcast_initial=True,
-                 staleness="momentum", solo_speedup=1.5, process_group=None, communicator=None):
+                 staleness="momentum", solo_speedup=1.3, process_group=None, communicator=None):
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay)
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
