@@ -33,7 +33,6 @@ void AdaptiveRegime::record(int rank, double compute, bool measured) {
       steps_.emplace_back();
     }
   }
-  if (step < first_step_) return;
   Step& s = steps_[step - first_step_];
   s.max = std::max(s.max, compute);
   s.measured &= measured;
@@ -61,8 +60,8 @@ void AdaptiveRegime::observe(uint64_t round, std::span<const RankMeta> metas) {
     // a late rank catching up: its slow step, then quick ones that found results waiting, so
     // the oldest measured post gets the whole compute (shared evenly, it would hide the slow
     // step from the synchronous estimate).
+    const int unmeasured = m.posts - measured;
     for (int k = 0; k < m.posts; ++k) {
-      const int unmeasured = m.posts - measured;
       record(static_cast<int>(p), k == unmeasured ? static_cast<double>(m.compute_us) : 0.0,
              k >= unmeasured);
     }

@@ -351,23 +351,25 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
     std::atomic<bool>& flag;
     ~Unmark() { flag.store(false, std::memory_order_release); }
   } unmark{posting_};
-  // The compute before this post, for adaptive rounds (RankMeta::compute_us); the next one is
-  // measured from when this call returns.
-  const auto entered = std::chrono::steady_clock::now();
-  const bool measured = measure_next_;
-  const uint64_t compute_us =
-      measured ? static_cast<uint64_t>(std::max<int64_t>(
-                     std::chrono::duration_cast<std::chrono::microseconds>(entered - idle_since_)
-                         .count(),
-                     0))
-               : 0;
+  // adaptive: the compute before this post (RankMeta::compute_us); the next one is measured from
+  // when this call returns. Other modes read no clock.
+  const bool adaptive = s.mode.kind == PartialKind::kAdaptive;
+  const bool measured = adaptive && measure_next_;
+  const uint64_t compute_us = measured ? static_cast<uint64_t>(std::max<int64_t>(
+                                             std::chrono::duration_cast<std::chrono::microseconds>(
+                                                 std::chrono::steady_clock::now() - idle_since_)
+                                                 .count(),
+                                             0))
+                                       : 0;
   struct RestartCompute {
     PartialAllreduce& pa;
+    bool on;
     ~RestartCompute() {
+      if (!on) return;
       pa.idle_since_ = std::chrono::steady_clock::now();
       pa.measure_next_ = true;
     }
-  } restart{*this};
+  } restart{*this, adaptive};
   // A device gradient: copied out before entering the open buffer, so the engine never waits on
   // a CUDA copy for the writer count to drop.
   if (count > 0 && gpu::available() && gpu::detected_kind(gradient) == MemoryKind::kCuda) {
@@ -466,11 +468,14 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
   constexpr std::chrono::milliseconds kCheckEvery{50};
   PartialShared& s = *shared_;
   log_set_thread_rank(s.rank);
-  // Time spent waiting here is not the application's compute (post() measures that).
+  // adaptive: time spent waiting here is not the application's compute (post() measures that).
   struct RestartCompute {
     std::chrono::steady_clock::time_point& since;
-    ~RestartCompute() { since = std::chrono::steady_clock::now(); }
-  } restart{idle_since_};
+    bool on;
+    ~RestartCompute() {
+      if (on) since = std::chrono::steady_clock::now();
+    }
+  } restart{idle_since_, s.mode.kind == PartialKind::kAdaptive};
   timeout = core_->resolve(timeout);
   const auto deadline = deadline_after(timeout);
   for (;;) {

@@ -374,6 +374,9 @@ void expect_adaptive_stays_synchronous(bool everybody_sleeps) {
   s.mode = PartialMode::adaptive();
   s.iterations = 80;
   s.delay_probability = 0;
+  // Equal pace predicts 1.0x plus the scheduling noise of the slowest rank each step; on a loaded
+  // machine that noise must not reach the threshold (the arithmetic has exact tests above).
+  if (everybody_sleeps) s.options.solo_speedup = 2.0;
   std::vector<RankRecord> rec(s.ranks);
   auto w = World::make(s.ranks, test_config(s.config));
   w->run([&](int rank, Communicator& comm) {

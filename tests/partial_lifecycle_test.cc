@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -91,6 +92,33 @@ TEST(PartialBadInput, ModesAndOptionsOutOfRangeAreRejectedOnEveryRank) {
       ASSERT_FALSE(res[r].ok());
       EXPECT_NE(res[r].status().message().find("result_depth"), std::string::npos);
     }
+  }
+  for (double speedup : {0.5, 11.0, std::nan("")}) {
+    auto res = create_all(
+        *w, [](int) { return 4; }, [](int) { return PartialMode::adaptive(); },
+        [speedup](int) {
+          PartialOptions o;
+          o.solo_speedup = speedup;
+          return o;
+        });
+    for (int r = 0; r < P; ++r) {
+      ASSERT_FALSE(res[r].ok()) << "solo_speedup " << speedup;
+      EXPECT_NE(res[r].status().message().find("solo_speedup is not in [1, 10]"), std::string::npos)
+          << res[r].status().message();
+    }
+  }
+  // Ranks that disagree on it would decide different regimes: refused, naming it.
+  auto mixed = create_all(
+      *w, [](int) { return 4; }, [](int) { return PartialMode::adaptive(); },
+      [](int r) {
+        PartialOptions o;
+        o.solo_speedup = r == 2 ? 2.0 : 1.3;
+        return o;
+      });
+  for (int r = 0; r < P; ++r) {
+    ASSERT_FALSE(mixed[r].ok());
+    EXPECT_NE(mixed[r].status().message().find("solo_speedup"), std::string::npos)
+        << mixed[r].status().message();
   }
   EXPECT_FALSE(parse_partial_mode("quorum:x").ok());
   EXPECT_FALSE(parse_partial_mode("fast").ok());
