@@ -290,14 +290,13 @@ Status CommCore::timed_out(const Op& op, std::chrono::nanoseconds waited) const 
                       " (heartbeats are off here, so there is no report of who had not "
                       "arrived)");
   }
-  // Who had not started it, from each peer's last heartbeat (at most one interval old); the
-  // silent ones are listed apart.
+  // Who had not started it, from each peer's last heartbeat; the silent ones are listed apart.
   const int64_t now = steady_ns(Engine::Clock::now());
   const std::string silent = silent_report();
   std::string late;
   for (int peer = 0; peer < size_; ++peer) {
     const int64_t age = now - peer_heard_ns_[peer].load(std::memory_order_relaxed);
-    if (peer == rank_ || age > 2 * heartbeat_interval_.count()) continue;
+    if (peer == rank_ || age > silent_after_ns()) continue;
     const uint64_t begun = peer_begun_[peer].load(std::memory_order_relaxed);
     if (begun > seq) continue;
     late += (late.empty() ? "rank " : ", rank ") + std::to_string(peer) +
@@ -318,7 +317,7 @@ std::string CommCore::silent_report() const {
   std::string silent;
   for (int peer = 0; peer < size_; ++peer) {
     const int64_t age = now - peer_heard_ns_[peer].load(std::memory_order_relaxed);
-    if (peer == rank_ || age <= 2 * heartbeat_interval_.count()) continue;
+    if (peer == rank_ || age <= silent_after_ns()) continue;
     silent += (silent.empty() ? "rank " : ", rank ") + std::to_string(peer) +
               " (nothing heard for " + seconds_text(std::chrono::nanoseconds(age)) + ")";
   }

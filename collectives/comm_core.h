@@ -165,6 +165,11 @@ class CommCore final : public ProgressSource {
   void watchdog_main();
   // Driver: sends this period's heartbeats and declares silent peers hung.
   void heartbeat_duty();
+  // How old a peer's last heartbeat may be in a report that calls it alive. peer_heard_ns_ is
+  // stamped at the receiver's duty, not on arrival, so a live peer's age reaches two intervals
+  // whenever a beat lands just after a duty; a third absorbs scheduling delay on a loaded host
+  // (a live straggler was once called silent at 1.0 s with 0.5 s beats).
+  int64_t silent_after_ns() const { return 3 * heartbeat_interval_.count(); }
   // Fails `op`; with tell_peers, every other rank fails it too with `status`'s message.
   // `stopped_peer` (if any) is known to have stopped using this rank's buffers already.
   void fail(Op* op, const Status& status, bool tell_peers, int stopped_peer = -1);
