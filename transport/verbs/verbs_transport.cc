@@ -1466,6 +1466,18 @@ void VerbsTransport::drain_sends() {
       if (wc[i].status != IBV_WC_SUCCESS) p.failed = true;  // nothing more will complete
     }
   }
+  // Out of time: what destroying the queue pairs discards is named, with the counts that kept
+  // the wait going (a peer that stopped answering, or bookkeeping that lost a completion).
+  for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) {
+    const Peer& p = peers_[peer];
+    if (p.qp == nullptr || !p.connected || p.failed || p.sends <= p.unsignaled) continue;
+    EC_WARN(kNet,
+            "verbs: close: %u send requests to rank %d (%u of them unsignaled credit updates) had "
+            "not completed within %lld ms; they are discarded with its queue pair",
+            p.sends, peer, p.unsignaled,
+            static_cast<long long>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(kCloseDrain).count()));
+  }
 }
 
 }  // namespace
