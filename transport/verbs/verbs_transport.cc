@@ -1443,13 +1443,11 @@ void VerbsTransport::drain_sends() {
   // the exit notices just posted and the last writes (issue 18, defect 5). Wait for their
   // completions first, at most kCloseDrain: a peer that no longer answers costs the retries.
   const auto deadline = std::chrono::steady_clock::now() + kCloseDrain;
-  auto pending = [this] {
-    for (const Peer& p : peers_) {
-      // The unsignaled tail is credit updates, which nobody needs once we close.
-      if (p.qp != nullptr && p.connected && !p.failed && p.sends > p.unsignaled) return true;
-    }
-    return false;
+  // The unsignaled tail is credit updates, which nobody needs once we close.
+  auto waits_for = [](const Peer& p) {
+    return p.qp != nullptr && p.connected && !p.failed && p.sends > p.unsignaled;
   };
+  auto pending = [&] { return std::any_of(peers_.begin(), peers_.end(), waits_for); };
   while (cq_ != nullptr && pending() && std::chrono::steady_clock::now() < deadline) {
     ibv_wc wc[32];
     const int got = ibv_poll_cq(cq_, 32, wc);
@@ -1470,7 +1468,7 @@ void VerbsTransport::drain_sends() {
   // the wait going (a peer that stopped answering, or bookkeeping that lost a completion).
   for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) {
     const Peer& p = peers_[peer];
-    if (p.qp == nullptr || !p.connected || p.failed || p.sends <= p.unsignaled) continue;
+    if (!waits_for(p)) continue;
     EC_WARN(kNet,
             "verbs: close: %u send requests to rank %d (%u of them unsignaled credit updates) had "
             "not completed within %lld ms; they are discarded with its queue pair",
