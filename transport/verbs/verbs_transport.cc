@@ -1465,11 +1465,12 @@ void VerbsTransport::drain_sends() {
     }
   }
   // Out of time: what destroying the queue pairs discards is named, with the counts that kept
-  // the wait going (a peer that stopped answering, or bookkeeping that lost a completion).
+  // the wait going. Info, not a warning: today a plain multi-process shutdown on the emulated
+  // device ends here too (the last exit notices to peers that closed first never complete).
   for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) {
     const Peer& p = peers_[peer];
     if (!waits_for(p)) continue;
-    EC_WARN(kNet,
+    EC_INFO(kNet,
             "verbs: close: %u send requests to rank %d (%u of them unsignaled credit updates) had "
             "not completed within %lld ms; they are discarded with its queue pair",
             p.sends, peer, p.unsignaled,
