@@ -150,7 +150,7 @@ Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Option
     for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes);
          b *= o.factor) {
       const size_t count = std::max<size_t>(1, static_cast<size_t>(b) / es);
-      double full_fast = std::nan(""), baseline_fast = std::nan("");
+      double full_fast = std::nan(""), full_mean = std::nan(""), baseline_fast = std::nan("");
       size_t first_row = rows.size();
       for (const auto& [mode, baseline] : modes) {
         EC_ASSIGN_OR_RETURN(Samples s, run_mode(comm, o, mode, delay, count, baseline));
@@ -173,19 +173,26 @@ Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Option
         row.mode = mode == "full" || baseline ? mode : mode_named(mode, P).name();
         row.fast_median_ms = percentile(fast, 0.5);
         row.fast_p99_ms = percentile(fast, 0.99);
+        row.fast_mean_ms = fast.empty() ? std::nan("")
+                                        : std::accumulate(fast.begin(), fast.end(), 0.0) /
+                                              static_cast<double>(fast.size());
         row.slow_median_ms = percentile(slow, 0.5);
         row.slow_p99_ms = percentile(slow, 0.99);
         row.rounds = s.rounds;
         row.fresh_fraction = s.rounds ? s.fresh_sum / s.rounds : 0;
         row.stale_mean = s.ages ? s.age_sum / s.ages : 0;
         row.stale_max = s.age_max;
-        if (mode == "full") full_fast = row.fast_median_ms;
+        if (mode == "full") {
+          full_fast = row.fast_median_ms;
+          full_mean = row.fast_mean_ms;
+        }
         if (baseline && baseline == &baselines.front()) baseline_fast = row.fast_median_ms;
         rows.push_back(row);
       }
       // Ratios once every mode ran (the baselines run before eagercomm's full allreduce).
       for (size_t i = first_row; i < rows.size(); ++i) {
         rows[i].vs_full = rows[i].fast_median_ms / full_fast;
+        rows[i].vs_full_mean = rows[i].fast_mean_ms / full_mean;
         rows[i].vs_baseline = rows[i].fast_median_ms / baseline_fast;
       }
       if (o.factor <= 1) break;
@@ -212,18 +219,19 @@ void print_imbalance(FILE* out, const Options& o, int ranks, const std::string& 
     std::fprintf(out, "# mode %s: %s's allreduce (%s)\n", b.name.c_str(), b.name.c_str(),
                  b.description.c_str());
   }
-  std::fprintf(out, "#%7s %10s %12s %9s %9s %9s %9s %6s %7s %5s %7s", "delay", "size", "mode",
-               "fast med", "fast p99", "slow med", "slow p99", "fresh", "stale", "stale",
-               "fast vs");
+  std::fprintf(out, "#%7s %10s %12s %9s %9s %9s %9s %9s %6s %7s %5s %7s %7s", "delay", "size",
+               "mode", "fast med", "fast p99", "fast mean", "slow med", "slow p99", "fresh",
+               "stale", "stale", "fast vs", "mean vs");
   if (vs) std::fprintf(out, " %7s", "fast vs");
-  std::fprintf(out, "\n#%7s %10s %12s %9s %9s %9s %9s %6s %7s %5s %7s", "(ms)", "(B)", "", "(ms)",
-               "(ms)", "(ms)", "(ms)", "", "mean", "max", "full");
+  std::fprintf(out, "\n#%7s %10s %12s %9s %9s %9s %9s %9s %6s %7s %5s %7s %7s", "(ms)", "(B)", "",
+               "(ms)", "(ms)", "(ms)", "(ms)", "(ms)", "", "mean", "max", "full", "full");
   if (vs) std::fprintf(out, " %7s", vs_name.c_str());
   std::fprintf(out, "\n");
   for (const ImbalanceRow& r : rows) {
-    std::fprintf(out, " %7.1f %10zu %12s %9.3f %9.3f %9.3f %9.3f %6.2f %7.2f %5d %7.2f", r.delay_ms,
-                 r.bytes, r.mode.c_str(), r.fast_median_ms, r.fast_p99_ms, r.slow_median_ms,
-                 r.slow_p99_ms, r.fresh_fraction, r.stale_mean, r.stale_max, r.vs_full);
+    std::fprintf(out, " %7.1f %10zu %12s %9.3f %9.3f %9.3f %9.3f %9.3f %6.2f %7.2f %5d %7.2f %7.2f",
+                 r.delay_ms, r.bytes, r.mode.c_str(), r.fast_median_ms, r.fast_p99_ms,
+                 r.fast_mean_ms, r.slow_median_ms, r.slow_p99_ms, r.fresh_fraction, r.stale_mean,
+                 r.stale_max, r.vs_full, r.vs_full_mean);
     if (vs) std::fprintf(out, " %7.2f", r.vs_baseline);
     std::fprintf(out, "\n");
   }
@@ -251,14 +259,15 @@ std::string imbalance_json(const Options& o, int ranks, const std::string& trans
     s += i ? ",\n    " : "\n    ";
     s += "{\"delay_ms\": " + num(r.delay_ms) + ", \"bytes\": " + std::to_string(r.bytes) +
          ", \"mode\": \"" + r.mode + "\", \"fast_median_ms\": " + num(r.fast_median_ms) +
-         ", \"fast_p99_ms\": " + num(r.fast_p99_ms) +
+         ", \"fast_p99_ms\": " + num(r.fast_p99_ms) + ", \"fast_mean_ms\": " + num(r.fast_mean_ms) +
          ", \"slow_median_ms\": " + num(r.slow_median_ms) +
          ", \"slow_p99_ms\": " + num(r.slow_p99_ms) +
          ", \"fresh_fraction\": " + num(r.fresh_fraction) +
          ", \"stale_mean\": " + num(r.stale_mean) +
          ", \"stale_max\": " + std::to_string(r.stale_max) +
          ", \"rounds\": " + std::to_string(r.rounds) + ", \"vs_full\": " + num(r.vs_full) +
-         ", \"vs_baseline\": " + num(r.vs_baseline) + "}";
+         ", \"vs_full_mean\": " + num(r.vs_full_mean) + ", \"vs_baseline\": " + num(r.vs_baseline) +
+         "}";
   }
   s += "\n  ]\n}\n";
   return s;

@@ -21,14 +21,18 @@ struct ImbalanceRow {
   std::string mode;           // "full", "solo", "majority", "quorum(2)", ...
   double fast_median_ms = 0;  // iterations without an injected delay (NaN when none)
   double fast_p99_ms = 0;
+  // Their mean: what throughput sees (a solo rank that finds its round complete does not wait,
+  // so the median mixes iterations that waited with ones that did not).
+  double fast_mean_ms = 0;
   double slow_median_ms = 0;  // iterations with one (NaN when none)
   double slow_p99_ms = 0;
   double fresh_fraction = 1;  // mean over rounds of fresh contributions / P
   double stale_mean = 0;      // mean age in rounds of the data ranks contributed
   int stale_max = 0;
-  uint64_t rounds = 0;     // rounds delivered during the timed iterations
-  double vs_full = 0;      // fast_median_ms / the full allreduce's, same delay and size
-  double vs_baseline = 0;  // fast_median_ms / the first baseline's (--compare), else NaN
+  uint64_t rounds = 0;      // rounds delivered during the timed iterations
+  double vs_full = 0;       // fast_median_ms / the full allreduce's, same delay and size
+  double vs_full_mean = 0;  // fast_mean_ms / the full allreduce's
+  double vs_baseline = 0;   // fast_median_ms / the first baseline's (--compare), else NaN
 };
 
 // The injected delay of `rank` in `iteration` (identical on every rank: shared PRNG).

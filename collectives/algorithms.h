@@ -28,6 +28,11 @@ std::shared_ptr<Op> make_direct_allreduce(OpSignature sig, const void* in, void*
 std::shared_ptr<Op> make_small_allreduce(OpSignature sig, const void* in, void* out);
 // Makes a finished small allreduce (nobody else referencing it) new for another call.
 void rearm_small_allreduce(Op& op, OpSignature sig, const void* in, void* out);
+// The same exchange for round `round` of a partial allreduce, in place on `buffer`, through the
+// object's own `boxes` (numbered by round), each store carrying `mark` (partial_stream.h). Its
+// stores wake the peers through the transport (an idle engine sleeps there, not on the boxes).
+std::shared_ptr<Op> make_round_allreduce(OpSignature sig, void* buffer, SmallBoxes* boxes,
+                                         uint64_t round, uint32_t mark);
 std::shared_ptr<Op> make_broadcast(OpSignature sig, void* buf);  // tree or chain per sig
 std::shared_ptr<Op> make_ring_allgather(OpSignature sig, const void* in, void* out);
 std::shared_ptr<Op> make_barrier(OpSignature sig);

@@ -11,6 +11,12 @@
 // A peer that took another algorithm for the same call (its count put it above
 // EAGERCOMM_SMALL_MAX_BYTES) sends messages instead; the engine routes them to this operation
 // by key and reports the mismatch on every rank, as for any other algorithm.
+//
+// The same machine runs a partial allreduce's rounds (make_round_allreduce) through the object's
+// own boxes, numbered by round: there every rank of the object runs every round alike (decided
+// at creation), and the peers it stores into are usually not in the call yet, so each store
+// wakes them through the transport (their engines sleep there) and a store that must wait for
+// room says so (waits_for_room).
 #include <cstring>
 #include <vector>
 
@@ -24,6 +30,11 @@ namespace {
 class SmallAllreduce final : public Op {
  public:
   SmallAllreduce(OpSignature sig, const void* in, void* out) : Op(sig) { bind(in, out); }
+  // A partial allreduce's round: its object's boxes, numbered by round.
+  SmallAllreduce(OpSignature sig, void* buffer, SmallBoxes* boxes, uint64_t round, uint32_t mark)
+      : Op(sig), round_boxes_(boxes), round_(round), mark_(mark) {
+    bind(buffer, buffer);
+  }
 
   void bind(const void* in, void* out) {
     in_ = static_cast<const uint8_t*>(in);
@@ -31,10 +42,12 @@ class SmallAllreduce final : public Op {
   }
 
   Status start(OpContext& ctx) override {
-    boxes_ = ctx.small;
+    boxes_ = round_boxes_ ? round_boxes_ : ctx.small;
+    transport_ = ctx.transport;
+    comm_boxes_ = ctx.small;
     P_ = ctx.size;
     r_ = ctx.rank;
-    seq_ = key_seq(key());
+    seq_ = round_boxes_ ? round_ : key_seq(key());
     type_ = static_cast<DataType>(sig_.dtype);
     redop_ = static_cast<ReduceOp>(sig_.redop);
     bytes_ = sig_.count * dtype_size(type_);
@@ -114,7 +127,10 @@ class SmallAllreduce final : public Op {
     to_take_ = taken_ = to_post_ = 0;
   }
 
-  bool uses_small_boxes() const override { return true; }
+  // A round's boxes are the object's, not the communicator's: the idle driver must not sleep on
+  // the communicator's (their senders ring the transport, post()).
+  bool uses_small_boxes() const override { return round_boxes_ == nullptr; }
+  bool waits_for_room() const override { return round_boxes_ != nullptr && to_post_ != 0; }
 
  private:
   // Stores this rank's contribution into every peer's box that has room; returns how many.
@@ -122,11 +138,17 @@ class SmallAllreduce final : public Op {
     int n = 0;
     for (uint64_t left = to_post_; left; left &= left - 1) {
       const int peer = __builtin_ctzll(left);
-      if (!boxes_->try_post(peer, seq_, sig_, in_, bytes_)) continue;
+      if (!boxes_->try_post(peer, seq_, sig_, in_, bytes_, mark_)) continue;
       to_post_ &= ~(uint64_t{1} << peer);
       ++n;
+      if (round_boxes_) {
+        // The peer may not have entered the round: its engine sleeps in the transport's wait()
+        // (or, while it runs a small collective of its own, on the communicator's boxes).
+        transport_->wake_peer(peer);
+        if (comm_boxes_) comm_boxes_->wake_if_sleeping(peer);
+      }
     }
-    if (n) {
+    if (n && !round_boxes_) {
       for (uint64_t left = to_take_; left; left &= left - 1) {
         boxes_->wake_if_sleeping(__builtin_ctzll(left));
       }
@@ -151,7 +173,12 @@ class SmallAllreduce final : public Op {
 
   const uint8_t* in_ = nullptr;
   uint8_t* out_ = nullptr;
+  SmallBoxes* const round_boxes_ = nullptr;  // a partial allreduce's round: its object's boxes
+  const uint64_t round_ = 0;
+  const uint32_t mark_ = 0;  // stored with each contribution (a round's: does it activate)
   SmallBoxes* boxes_ = nullptr;
+  SmallBoxes* comm_boxes_ = nullptr;
+  Transport* transport_ = nullptr;
   int P_ = 1, r_ = 0;
   uint64_t seq_ = 0;
   DataType type_ = DataType::kFloat32;
@@ -169,6 +196,11 @@ class SmallAllreduce final : public Op {
 
 std::shared_ptr<Op> make_small_allreduce(OpSignature sig, const void* in, void* out) {
   return std::make_shared<SmallAllreduce>(sig, in, out);
+}
+
+std::shared_ptr<Op> make_round_allreduce(OpSignature sig, void* buffer, SmallBoxes* boxes,
+                                         uint64_t round, uint32_t mark) {
+  return std::make_shared<SmallAllreduce>(sig, buffer, boxes, round, mark);
 }
 
 void rearm_small_allreduce(Op& op, OpSignature sig, const void* in, void* out) {

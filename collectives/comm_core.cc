@@ -365,6 +365,22 @@ Result<std::unique_ptr<MemoryRegion>> CommCore::allocate(size_t bytes) {
   return out;
 }
 
+Result<std::unique_ptr<SmallBoxes>> CommCore::make_round_boxes(size_t data_bytes, size_t bytes) {
+  if (config_.small_max_bytes == 0 || data_bytes > config_.small_max_bytes || size_ < 2 ||
+      size_ > SmallBoxes::kMaxRanks || !transport_->maps_allocations()) {
+    return std::unique_ptr<SmallBoxes>();
+  }
+  Result<std::unique_ptr<SmallBoxes>> out = Status(StatusCode::kInternal, "not run");
+  engine_->run_exclusive([&] { out = SmallBoxes::create(*transport_, bytes); });
+  return out;
+}
+
+Status CommCore::connect_round_boxes(SmallBoxes& boxes, int peer, std::span<const uint8_t> key) {
+  Status out;
+  engine_->run_exclusive([&] { out = boxes.connect_peer(peer, key); });
+  return out;
+}
+
 int CommCore::progress() {
   int events = 0;
   while (Op* op = submissions_.pop()) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -83,6 +84,13 @@ class CommCore final : public ProgressSource {
   }
   // Registered transport memory for a runtime-owned buffer (zeroed). Any thread.
   Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes);
+  // Boxes of a partial allreduce whose rounds carry `data_bytes` of data (`bytes` with the
+  // metadata): made when the transport maps allocations, the world has 2 .. SmallBoxes::kMaxRanks
+  // ranks and the data fits EAGERCOMM_SMALL_MAX_BYTES (null otherwise: the rounds then run as
+  // messages); the same settings give every rank the same answer. Any thread.
+  Result<std::unique_ptr<SmallBoxes>> make_round_boxes(size_t data_bytes, size_t bytes);
+  // Maps `peer`'s boxes of the same object into `boxes`. Any thread.
+  Status connect_round_boxes(SmallBoxes& boxes, int peer, std::span<const uint8_t> key);
 
   // Fails every pending operation, tells the peers, releases the transport. Idempotent; any
   // thread, also while others wait (they return with kAborted); a second caller returns once

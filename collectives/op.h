@@ -126,6 +126,9 @@ class Op : public MpscNode {
   // True for operations whose peers' data lands in SmallBoxes rather than in messages (the
   // engine's idle driver then sleeps on the boxes).
   virtual bool uses_small_boxes() const { return false; }
+  // True while the operation has stores to make into a peer's box that has no room yet: the
+  // peer frees it without telling anyone, so the idle driver must look again soon.
+  virtual bool waits_for_room() const { return false; }
   // Whether advance() would make progress now (a cheap look before the driver sleeps).
   virtual bool has_news(OpContext& ctx) {
     (void)ctx;

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <thread>
+#include <vector>
 
 #include "collectives/algorithms.h"
 #include "collectives/comm_core.h"
@@ -252,6 +254,71 @@ Status validate(const Descriptor& d, int size) {
   return Status::Ok();
 }
 
+// One allgather of `words` int64 per rank on the collective stream, named as the creation in
+// errors (so that a rank that made another collective meanwhile gets a mismatch, not a join).
+Status allgather_words(detail::CommCore& core, const void* mine, size_t words, void* all) {
+  detail::OpSignature sig;
+  sig.coll = static_cast<uint8_t>(detail::CollKind::kAllgather);
+  sig.dtype = static_cast<uint8_t>(DataType::kInt64);
+  sig.count = words;
+  sig.reserved = static_cast<uint8_t>(detail::Algo::kRing);
+  sig.root = detail::kPartialCreateTag;
+  return core.run(detail::make_ring_allgather(sig, mine, all));
+}
+
+// Box keys travel in fixed records: a length word, then the key.
+constexpr size_t kBoxRecordWords = 32;
+constexpr size_t kMaxBoxKey = (kBoxRecordWords - 1) * 8;
+
+// The object's own boxes for its rounds (partial_shared.h), or null: its rounds then run as
+// messages. Every rank decides alike. A rank that has no boxes (the transport or the size rule
+// them out, or allocating failed) publishes an empty record in the first exchange, and a rank
+// that cannot map a peer's boxes says so in a second one, so all ranks fall back together.
+Result<std::unique_ptr<detail::SmallBoxes>> make_round_boxes(detail::CommCore& core,
+                                                             size_t data_bytes, size_t bytes) {
+  const int P = core.size();
+  const int rank = core.rank();
+  std::unique_ptr<detail::SmallBoxes> boxes;
+  if (P < 2) return boxes;
+  Result<std::unique_ptr<detail::SmallBoxes>> made = core.make_round_boxes(data_bytes, bytes);
+  if (made.ok()) {
+    boxes = std::move(made).value();
+  } else {
+    EC_WARN(kPartial,
+            "rank %d: partial allreduce: no boxes for its rounds (%s); they run as "
+            "messages",
+            rank, made.status().to_string().c_str());
+  }
+  std::vector<uint64_t> mine(kBoxRecordWords, 0);
+  if (boxes && boxes->key().size() <= kMaxBoxKey) {
+    mine[0] = boxes->key().size();
+    std::memcpy(&mine[1], boxes->key().data(), boxes->key().size());
+  }
+  std::vector<uint64_t> all(static_cast<size_t>(P) * kBoxRecordWords);
+  EC_RETURN_IF_ERROR(allgather_words(core, mine.data(), kBoxRecordWords, all.data()));
+  for (int r = 0; r < P; ++r) {
+    const uint64_t length = all[static_cast<size_t>(r) * kBoxRecordWords];
+    if (length == 0 || length > kMaxBoxKey) return std::unique_ptr<detail::SmallBoxes>();
+  }
+  uint64_t mapped = 1;
+  for (int peer = 0; peer < P && mapped; ++peer) {
+    if (peer == rank) continue;
+    const uint64_t* record = &all[static_cast<size_t>(peer) * kBoxRecordWords];
+    std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(record + 1), record[0]);
+    if (Status st = core.connect_round_boxes(*boxes, peer, key); !st.ok()) {
+      EC_WARN(kPartial, "rank %d: partial allreduce: rank %d's boxes: %s; rounds run as messages",
+              rank, peer, st.to_string().c_str());
+      mapped = 0;
+    }
+  }
+  std::vector<uint64_t> everyone(static_cast<size_t>(P));
+  EC_RETURN_IF_ERROR(allgather_words(core, &mapped, 1, everyone.data()));
+  for (int r = 0; r < P; ++r) {
+    if (everyone[r] == 0) return std::unique_ptr<detail::SmallBoxes>();
+  }
+  return boxes;
+}
+
 }  // namespace
 
 PartialAllreduce::PartialAllreduce(std::shared_ptr<detail::CommCore> core,
@@ -272,15 +339,8 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   // Every rank learns every rank's arguments, so all of them report the same error, or none.
   const uint32_t stream = core->new_stream_id();
   Descriptor mine = describe_args(count, type, mode, options, stream);
-  const size_t words = sizeof(Descriptor) / 8;
   std::vector<Descriptor> all(P);
-  detail::OpSignature sig;
-  sig.coll = static_cast<uint8_t>(detail::CollKind::kAllgather);
-  sig.dtype = static_cast<uint8_t>(DataType::kInt64);
-  sig.count = words;
-  sig.reserved = static_cast<uint8_t>(detail::Algo::kRing);
-  sig.root = detail::kPartialCreateTag;  // errors name the creation, not this allgather
-  EC_RETURN_IF_ERROR(core->run(detail::make_ring_allgather(sig, &mine, all.data())));
+  EC_RETURN_IF_ERROR(allgather_words(*core, &mine, sizeof(Descriptor) / 8, all.data()));
   for (int r = 1; r < P; ++r) {
     std::string diff = first_difference(all[0], all[r], 0, r);
     if (!diff.empty()) return Status(StatusCode::kMismatch, diff);
@@ -299,6 +359,8 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   shared->mode = mode;
   shared->options = options;
   shared->core = core;
+  EC_ASSIGN_OR_RETURN(shared->round_boxes,
+                      make_round_boxes(*core, shared->bytes, shared->bytes + shared->tail_bytes));
   for (size_t b = 0; b < buffers; ++b) {
     auto buf = std::make_unique<detail::ContributionBuffer>();
     EC_ASSIGN_OR_RETURN(buf->region, core->allocate(shared->bytes + shared->tail_bytes));
@@ -317,10 +379,10 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   if (core->config().progress_thread == ProgressThreadMode::kAuto) core->engine().start_thread();
   EC_INFO(kPartial,
           "rank %d: partial allreduce %u: %zu x %s, mode %s, %s, sync_every %u, "
-          "result_depth %u",
+          "result_depth %u, rounds %s",
           rank, stream, count, std::string(dtype_name(type)).c_str(), mode.name().c_str(),
           options.late == LatePolicy::kCarry ? "carry" : "drop", options.sync_every,
-          options.result_depth);
+          options.result_depth, shared->round_boxes ? "through boxes" : "as messages");
   return pa;
 }
 
@@ -611,6 +673,7 @@ PartialStats PartialAllreduce::stats() const {
   out.dropped_posts = s.dropped_posts.load(std::memory_order_relaxed);
   out.rounds_activated = s.activated.load(std::memory_order_relaxed);
   out.rounds_delivered = s.delivered.load(std::memory_order_relaxed);
+  out.rounds_in_boxes = s.round_boxes != nullptr;
   return out;
 }
 

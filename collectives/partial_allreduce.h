@@ -174,6 +174,9 @@ struct PartialStats {
   uint64_t dropped_posts = 0;  // late posts discarded (late=drop)
   uint64_t rounds_activated = 0;
   uint64_t rounds_delivered = 0;
+  // Rounds exchange through boxes of the object's own (rounds of up to EAGERCOMM_SMALL_MAX_BYTES
+  // on inproc and shm: one store per peer, no messages) rather than as messages.
+  bool rounds_in_boxes = false;
 };
 
 class PartialAllreduce {

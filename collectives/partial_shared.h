@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collectives/partial_allreduce.h"
+#include "collectives/small_boxes.h"
 #include "runtime/bounded_queue.h"
 #include "transport/transport.h"
 
@@ -80,6 +81,10 @@ struct PartialShared {
   PartialMode mode;
   PartialOptions options;
   std::shared_ptr<CommCore> core;  // outlives every buffer (they are its transport's memory)
+  // Rounds of up to EAGERCOMM_SMALL_MAX_BYTES on transports that map allocations: every rank
+  // stores its contribution into every peer's box of the round, which is also how a peer that
+  // has not entered the round learns of it (PartialStream). Null: rounds run as messages.
+  std::unique_ptr<SmallBoxes> round_boxes;
 
   std::vector<std::unique_ptr<ContributionBuffer>> buffers;
   std::atomic<uint64_t> open{0};  // round << 16 | buffer index

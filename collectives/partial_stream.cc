@@ -19,6 +19,15 @@ uint64_t round_of(OpKey key) { return key_seq(key) / 2; }
 // step, short enough to follow a straggler that comes and goes within an epoch.
 constexpr uint64_t kAdaptiveWindow = 16;
 
+// Round boxes: the mark of a store (SmallBoxes::try_post): it activates the round, or it is a
+// contribution made early, before the round is active (partial_stream.h).
+constexpr uint32_t kActivates = 1;
+constexpr uint32_t kEarly = 2;
+
+// Round boxes: how soon to look again while a peer's box has no room (a peer frees its slot by
+// a store that nobody announces; it lags SmallBoxes::kDepth rounds behind, so this is rare).
+constexpr std::chrono::microseconds kRoomPoll(50);
+
 }  // namespace
 
 PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shared)
@@ -26,6 +35,7 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
       shared_(std::move(shared)),
       P_(shared_->size),
       r_(shared_->rank),
+      boxes_(shared_->round_boxes.get()),
       peer_closed_(P_, false),
       flushing_(P_, 0) {
   if (shared_->mode.kind == PartialKind::kAdaptive) {
@@ -39,10 +49,12 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
   data_sig_.dtype = static_cast<uint8_t>(shared_->type);
   data_sig_.redop = static_cast<uint8_t>(ReduceOp::kSum);
   data_sig_.count = shared_->count + meta_elements(shared_->type, P_);
-  // Small boxes are numbered by the collective stream's sequence, not by rounds: none here.
-  data_sig_.reserved =
-      static_cast<uint8_t>(choose_allreduce(core_.config(), shared_->bytes + shared_->tail_bytes,
-                                            core_.payload_capacity(), core_.maps_peer_memory(), 0));
+  // The communicator's small boxes are numbered by its collective stream's sequence: rounds use
+  // the object's own, when it has them.
+  data_sig_.reserved = boxes_ ? static_cast<uint8_t>(Algo::kSmall)
+                              : static_cast<uint8_t>(choose_allreduce(
+                                    core_.config(), shared_->bytes + shared_->tail_bytes,
+                                    core_.payload_capacity(), core_.maps_peer_memory(), 0));
 }
 
 PartialStream::~PartialStream() {
@@ -118,10 +130,50 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
 
 int PartialStream::advance() {
   int events = drain_events();
+  if (boxes_) notice_box_arrivals();
   while (activated_ < want_ && activate_next()) ++events;
+  while (activated_ < early_ && activated_ >= want_ && activate_next(false)) ++events;
   events += start_taken();
   events += deliver();
+  if (boxes_) watch_room();
   return events;
+}
+
+void PartialStream::notice_box_arrivals() {
+  if (closed_) return;
+  // Peers store rounds in order, and a peer that stores round r + 1 has seen round r complete,
+  // which took this rank's contribution to r. So among the rounds this rank has not entered, only
+  // the first (`next`) can hold stores made early, the arrivals a coordinator counts; activating
+  // stores are looked for from there on, as long as each round has one.
+  const uint64_t next = activated_;
+  const bool counts = counted(next) && shared_->coordinator(next) == r_;
+  for (uint64_t round = std::max(want_, next); round < next + SmallBoxes::kDepth; ++round) {
+    bool activates = false;
+    for (int peer = 0; peer < P_; ++peer) {
+      uint32_t mark = 0;
+      if (peer == r_ || !boxes_->arrived(peer, round, &mark)) continue;
+      if (mark == kActivates) activates = true;
+      if (counts && round == next) count_arrival(round, peer);
+    }
+    if (!activates) return;
+    want(round + 1);
+  }
+}
+
+void PartialStream::watch_room() {
+  bool waiting = false;
+  for (const auto& [index, round] : rounds_) {
+    if (round.data_op && round.data_op->waits_for_room()) {
+      waiting = true;
+      break;
+    }
+  }
+  // The clock only while waiting: every progress pass comes here.
+  if (waiting) {
+    due_ = std::chrono::steady_clock::now() + kRoomPoll;
+  } else if (due_ != std::chrono::steady_clock::time_point::max()) {
+    due_ = std::chrono::steady_clock::time_point::max();
+  }
 }
 
 int PartialStream::drain_events() {
@@ -144,11 +196,16 @@ int PartialStream::drain_events() {
           const int c = shared_->coordinator(e.round);
           if (c == r_) {
             count_arrival(e.round, r_);
+          } else if (boxes_) {
+            // Its store, made early, is the arrival the coordinator counts.
+            early_ = std::max(early_, e.round + 1);
           } else {
             send(c, MsgKind::kArrive, e.round);
           }
         } else {
           consider_trigger(e.round);
+          // Not set off by this post (majority, not the initiator): its data goes out now.
+          if (boxes_ && e.fresh) early_ = std::max(early_, e.round + 1);
         }
         break;
       case PartialEvent::Kind::kFlushing:
@@ -168,14 +225,35 @@ int PartialStream::drain_events() {
 }
 
 void PartialStream::consider_trigger(uint64_t round) {
-  if (round < activated_ || !posted_ || last_posted_ < round) return;
+  if (round < activated_ && !entered_early(round)) return;
+  if (!posted_ || last_posted_ < round) return;
   if (counted(round)) return;
   // Adaptive rounds that are not synchronous are solo rounds.
   if (shared_->mode.kind == PartialKind::kSolo || shared_->mode.kind == PartialKind::kAdaptive) {
-    want(round + 1);
+    trigger(round);
   } else {
     const int initiator = shared_->initiator(round);
-    if (initiator == r_ || flushing(initiator)) want(round + 1);
+    if (initiator == r_ || flushing(initiator)) trigger(round);
+  }
+}
+
+bool PartialStream::entered_early(uint64_t round) const {
+  if (!boxes_ || round < want_ || round >= activated_) return false;
+  auto it = rounds_.find(round);
+  return it != rounds_.end() && !it->second.activating;
+}
+
+void PartialStream::trigger(uint64_t round) {
+  const bool early = entered_early(round);
+  want(round + 1);
+  if (!early) return;
+  Round& entered = rounds_.find(round)->second;
+  entered.activating = true;
+  if (!entered.started) return;  // its stores will carry the activating mark
+  // Its stores went out tentative: the peers that wait for the round to activate hear it here
+  // (whoever enters then activates it for everybody by its own stores).
+  for (int peer = 0; peer < P_; ++peer) {
+    if (peer != r_) send(peer, MsgKind::kActivate, round);
   }
 }
 
@@ -198,7 +276,7 @@ void PartialStream::check_quorum(uint64_t round) {
   for (int i = 0; i < P_; ++i) count += it->second[i] || flushing(i);
   if (count >= quorum(round)) {
     arrivals_.erase(it);
-    want(round + 1);
+    trigger(round);
   }
 }
 
@@ -206,10 +284,14 @@ void PartialStream::reevaluate() {
   std::vector<uint64_t> pending;
   for (const auto& [round, seen] : arrivals_) pending.push_back(round);
   for (uint64_t round : pending) check_quorum(round);
+  // A majority round this rank entered early, whose initiator now flushes, is set off here.
+  for (uint64_t round = want_; round < activated_; ++round) {
+    if (entered_early(round)) consider_trigger(round);
+  }
   consider_trigger(activated_);
 }
 
-bool PartialStream::activate_next() {
+bool PartialStream::activate_next(bool activating) {
   if (closed_ || activated_ >= broken_from_) return false;
   uint32_t fresh_buffer = 0;
   if (!shared_->free_buffers.try_pop(fresh_buffer)) return false;  // back-pressure
@@ -223,6 +305,7 @@ bool PartialStream::activate_next() {
   }
   Round& entered = rounds_[round];
   entered.buffer = PartialShared::open_buffer(old);
+  entered.activating = activating;
   activated_ = round + 1;
   shared_->activated.store(activated_, std::memory_order_release);
   arrivals_.erase(round);
@@ -237,6 +320,7 @@ bool PartialStream::activate_next() {
 }
 
 void PartialStream::flood(uint64_t round) {
+  if (boxes_) return;  // the round's contribution in a peer's box activates it there
   for (int d = 1; d < P_; d *= 2) send((r_ + d) % P_, MsgKind::kActivate, round);
 }
 
@@ -245,8 +329,12 @@ int PartialStream::start_taken() {
   for (auto& [index, round] : rounds_) {
     if (round.started) continue;
     if (index >= broken_from_) break;
-    // Posts that announced themselves on the buffer before it was taken finish first.
-    if (shared_->buffers[round.buffer]->writers.load(std::memory_order_acquire) != 0) continue;
+    // Posts that announced themselves on the buffer before it was taken finish first. Round
+    // boxes need rounds started in order (see the header).
+    if (shared_->buffers[round.buffer]->writers.load(std::memory_order_acquire) != 0) {
+      if (boxes_) break;
+      continue;
+    }
     start(index, round);
     ++n;
   }
@@ -268,7 +356,9 @@ void PartialStream::start(uint64_t index, Round& round) {
   write_rank_meta(tail, shared_->type, P_, r_, mine);
   round.started = true;
 
-  std::shared_ptr<Op> data = make_allreduce(data_sig_, buf.data(), buf.data());
+  std::shared_ptr<Op> data = boxes_ ? make_round_allreduce(data_sig_, buf.data(), boxes_, index,
+                                                           round.activating ? kActivates : kEarly)
+                                    : make_allreduce(data_sig_, buf.data(), buf.data());
   data->set_key(make_key(shared_->stream, 2 * index));
   data->keep_alive = shared_;
   round.data_op = data.get();

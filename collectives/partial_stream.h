@@ -12,6 +12,17 @@
 // within ceil(log2 P) hops; several initiators of the same round are harmless (a rank enters a
 // round once). Rounds activate in order on every rank: hearing of round r activates every
 // earlier round not yet active (with whatever contribution is open, possibly nothing).
+//
+// Rounds through boxes (PartialShared::round_boxes): a rank that starts round r stores its
+// contribution into every peer's box of r, marked activating or early. An activating store of
+// round r in a rank's box activates r there: one hop from whoever set the round off, no flood and
+// no message. A rank whose fresh post does not set its round off (majority: not the initiator;
+// quorum and synchronous rounds: not the coordinator) enters the round early, at once: its
+// store activates nothing, but its data is in place when the round does activate, so a majority
+// round completes one hop after its initiator's post. A coordinator counts the stores in its own
+// boxes as arrivals (no arrival messages). Rounds start in order, so a peer's first store this
+// rank has not seen is always of the lowest round it has not entered.
+
 #pragma once
 
 #include <cstdint>
@@ -40,6 +51,7 @@ class PartialStream final : public StreamHandler {
   void on_op_done(Op* op, const Status& status) override;
   void on_peer_gone(int peer, const Status& why) override;
   void on_closed() override;
+  std::chrono::steady_clock::time_point next_due() const override { return due_; }
 
   // This rank stops: rounds not finished here fail, peers learn from which round on. Idempotent.
   void close(const Status& why);
@@ -47,6 +59,7 @@ class PartialStream final : public StreamHandler {
  private:
   struct Round {
     uint32_t buffer = 0;
+    bool activating = true;  // round boxes: entered because the round is active (not early)
     bool started = false;
     bool data_done = false;
     Op* data_op = nullptr;
@@ -54,12 +67,26 @@ class PartialStream final : public StreamHandler {
   };
 
   int drain_events();
-  bool activate_next();
+  // Round boxes: rounds that peers' activating stores set off are wanted; a coordinator counts
+  // the stores of its next round as arrivals.
+  void notice_box_arrivals();
+  // Round boxes: sets due_ (soon) while a started round waits for room in a peer's box.
+  void watch_room();
+  // Enters the next round (`activating`: because it is active; else early: round boxes).
+  bool activate_next(bool activating = true);
   int start_taken();
   void start(uint64_t index, Round& round);
   int deliver();
   void flood(uint64_t round);
   void want(uint64_t end) { want_ = std::max(want_, end); }
+  // This rank sets `round` off (its post does, or its count reached the quorum): want() it, and
+  // if it entered the round early, the round becomes activating here, and if its tentative
+  // stores are already out, the peers get activation messages. Earlier rounds have triggers of
+  // their own: a fresh post for round r comes after its poster took r - 1's result, so every
+  // rank had entered r - 1 (a quorum is made of such posts; a flush enters every round itself).
+  void trigger(uint64_t round);
+  // Round boxes: `round` was entered here early and is not known to be active yet.
+  bool entered_early(uint64_t round) const;
   void count_arrival(uint64_t round, int peer);
   void check_quorum(uint64_t round);
   // Who activates what: synchronous rounds (sync, sync_every, adaptive rounds its regime runs
@@ -72,7 +99,8 @@ class PartialStream final : public StreamHandler {
     return synchronous(round) || shared_->mode.kind == PartialKind::kQuorum;
   }
   int quorum(uint64_t round) const { return synchronous(round) ? P_ : shared_->mode.quorum; }
-  // Activates `round` if this rank's posts in it are what the mode waits for.
+  // Activates `round` if this rank's posts in it are what the mode waits for (also a round it
+  // entered early).
   void consider_trigger(uint64_t round);
   // Flushing ranks post no more: quorums count them, majority rounds whose initiator flushes
   // activate on any post (so ranks still in their loop never wait for a flushing rank).
@@ -89,10 +117,13 @@ class PartialStream final : public StreamHandler {
   std::shared_ptr<PartialShared> shared_;
   const int P_;
   const int r_;
-  OpSignature data_sig_;  // the round's allreduce: the data, then the metadata tail
+  OpSignature data_sig_;     // the round's allreduce: the data, then the metadata tail
+  SmallBoxes* const boxes_;  // the object's round boxes, or null
+  std::chrono::steady_clock::time_point due_ = std::chrono::steady_clock::time_point::max();
 
   uint64_t activated_ = 0;  // rounds entered here
   uint64_t want_ = 0;       // rounds that should be entered (back-pressure may hold them back)
+  uint64_t early_ = 0;      // round boxes: rounds to enter early, on this rank's fresh posts
   uint64_t delivered_ = 0;  // rounds handed to the application queue
   std::map<uint64_t, Round> rounds_;                     // entered, not delivered
   std::map<uint64_t, std::vector<bool>> arrivals_;       // coordinator: fresh posts per round

@@ -17,6 +17,7 @@ struct SmallBoxes::Layout {
   static constexpr size_t kControl = kLine;  // bell + sleepers, then the slots
   static constexpr size_t kSeq = 0;
   static constexpr size_t kSig = 8;
+  static constexpr size_t kMark = 24;
   static constexpr size_t kPayload = 32;  // the first 32 payload bytes share the sequence line
   static size_t done_offset(size_t max_bytes) {
     return (kPayload + max_bytes + kLine - 1) / kLine * kLine;
@@ -39,6 +40,9 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free &&
 
 Control* control(uint8_t* region) { return reinterpret_cast<Control*>(region); }
 std::atomic<uint64_t>* word_at(uint8_t* p) { return reinterpret_cast<std::atomic<uint64_t>*>(p); }
+const std::atomic<uint64_t>* word_at(const uint8_t* p) {
+  return reinterpret_cast<const std::atomic<uint64_t>*>(p);
+}
 
 void ring(Control* c) {
   c->bell.fetch_add(1, std::memory_order_release);
@@ -108,7 +112,7 @@ void SmallBoxes::dequeue(int peer, uint64_t seq) {
 }
 
 bool SmallBoxes::try_post(int peer, uint64_t seq, const OpSignature& sig, const void* data,
-                          size_t bytes) {
+                          size_t bytes, uint32_t mark) {
   std::vector<uint64_t>& q = post_queue_[peer];
   size_t& head = post_head_[peer];
   if (head == q.size() || q[head] != seq) return false;  // an earlier call posts first
@@ -120,6 +124,7 @@ bool SmallBoxes::try_post(int peer, uint64_t seq, const OpSignature& sig, const 
   }
   if (bytes) std::memcpy(slot + Layout::kPayload, data, bytes);
   std::memcpy(slot + Layout::kSig, &sig, sizeof(sig));
+  std::memcpy(slot + Layout::kMark, &mark, sizeof(mark));
   word_at(slot + Layout::kSeq)->store(seq + 1, std::memory_order_release);
   stored = seq + 1;
   if (++head == q.size()) {  // the usual case: nothing else queued, no allocation next time
@@ -155,6 +160,13 @@ Result<bool> SmallBoxes::peek(int sender, uint64_t seq, OpSignature* sig, const 
     if (done->load(std::memory_order_relaxed) < word) done->store(word, std::memory_order_release);
   }
   return false;
+}
+
+bool SmallBoxes::arrived(int sender, uint64_t seq, uint32_t* mark) const {
+  const uint8_t* slot = own_slot(sender, seq % kDepth);
+  if (word_at(slot + Layout::kSeq)->load(std::memory_order_acquire) != seq + 1) return false;
+  if (mark) std::memcpy(mark, slot + Layout::kMark, sizeof(*mark));
+  return true;
 }
 
 uint8_t* SmallBoxes::own_slot(int sender, size_t k) const {

@@ -3,6 +3,7 @@
 //
 // Each rank allocates one region with, for every sender, kDepth slots. A slot holds one
 // collective call's contribution: a 64-byte line with the sequence word, the call's signature,
+// a mark word (a partial allreduce's rounds say there whether the store activates the round),
 // and the first bytes of the payload, followed by the rest of the payload and, on a line of its
 // own, the receiver's "consumed" word. A sender stores the payload and the signature, then the
 // sequence word (release); the receiver polls the sequence word (acquire), so an 8-byte
@@ -16,7 +17,13 @@
 // order. A receiver discards a leftover of a call it is not running (it failed, or it ran that
 // call by another algorithm because its arguments differed) when it next reads that slot.
 // Sequence numbers are the communicator's collective sequence numbers, so every rank agrees on
-// them.
+// them. A partial allreduce whose rounds fit has boxes of its own, numbered by round (every rank
+// runs every round, in order).
+//
+// Waking: the communicator's boxes serve blocking calls, whose receivers wait in the call and
+// sleep on the boxes' own futex (below). A partial allreduce's receiver is usually an idle
+// engine asleep in the transport's wait(), so its senders wake it through the transport
+// (Transport::wake_peer) instead.
 //
 // Trust: a peer can write anything into its slots of this rank's region. The receiver checks
 // the signature against its own before it reads a payload, and reads only as many bytes as its
@@ -68,10 +75,12 @@ class SmallBoxes {
   // start in that order): posts into a slot must follow the sequence, so a later call never
   // overtakes an earlier one that waits for the same slot.
   void enqueue(int peer, uint64_t seq);
-  // Sender: stores this rank's contribution to call `seq` (enqueued) into `peer`'s box. False
-  // while an earlier enqueued call has not posted to `peer`, or the peer has not consumed what
-  // this rank stored in that slot before (retry later).
-  bool try_post(int peer, uint64_t seq, const OpSignature& sig, const void* data, size_t bytes);
+  // Sender: stores this rank's contribution to call `seq` (enqueued) into `peer`'s box, with
+  // `mark` (the receiver's arrived() reads it back). False while an earlier enqueued call has not
+  // posted to `peer`, or the peer has not consumed what this rank stored in that slot before
+  // (retry later).
+  bool try_post(int peer, uint64_t seq, const OpSignature& sig, const void* data, size_t bytes,
+                uint32_t mark = 0);
   // Sender: call `seq` will not post to `peer` after all (it failed).
   void dequeue(int peer, uint64_t seq);
   // Sender: wakes `peer` if it sleeps (after posting).
@@ -81,6 +90,10 @@ class SmallBoxes {
   // payload (valid until consume()). Discards older leftovers in that slot. kProtocolError when
   // the slot holds a sequence number the protocol cannot produce.
   Result<bool> peek(int sender, uint64_t seq, OpSignature* sig, const uint8_t** payload);
+  // Receiver: whether `sender`'s contribution to call `seq` is in its slot, and if so its mark.
+  // Unlike peek(), it discards nothing: a partial allreduce asks it about rounds it has not
+  // entered yet (partial_stream.h).
+  bool arrived(int sender, uint64_t seq, uint32_t* mark = nullptr) const;
   // Receiver: frees the slot of `sender`'s call `seq` for its next use.
   void consume(int sender, uint64_t seq);
   // Receiver: call `seq` of this rank uses the boxes from now on / no longer. A contribution

@@ -229,8 +229,9 @@ constexpr Variable kVariables[] = {
      .default_text = "8KiB",
      .max = 64 * kKiB,
      .doc = "largest allreduce that auto exchanges through per-pair boxes in mapped memory (shm, "
-            "inproc; up to 32 ranks): one cache line per peer, no mailbox or notification; 0 "
-            "turns it off. Must be the same on every rank",
+            "inproc; up to 32 ranks): one cache line per peer, no mailbox or notification; the "
+            "same limit lets a partial allreduce's rounds run through boxes of its own; 0 "
+            "turns both off. Must be the same on every rank",
      .field = field<&Config::small_max_bytes>()},
     {.name = "EAGERCOMM_BCAST_ALGO",
      .kind = Kind::kEnum,

@@ -102,17 +102,36 @@ void expect_conservation_and_replicas(const Scenario& s, const std::vector<RankR
   }
 }
 
-class PartialInvariants : public ::testing::TestWithParam<int> {};
+// Every invariant over both round paths: rounds through the object's boxes (the default for
+// these 37-element gradients on inproc) and rounds as messages (EAGERCOMM_SMALL_MAX_BYTES=0).
+class PartialInvariants : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  int ranks() const { return std::get<0>(GetParam()); }
+  bool boxes() const { return std::get<1>(GetParam()); }
+  Scenario scenario() const {
+    Scenario s;
+    s.ranks = ranks();
+    if (!boxes()) s.config = {{"EAGERCOMM_SMALL_MAX_BYTES", "0"}};
+    return s;
+  }
+  // run_scenario(), checking that the rounds took the path under test (one rank has no peers).
+  std::vector<RankRecord> run(const Scenario& s) {
+    std::vector<RankRecord> rec = run_scenario(s);
+    for (int r = 0; r < s.ranks && !HasFailure(); ++r) {
+      EXPECT_EQ(rec[r].in_boxes, boxes() && s.ranks > 1) << "rank " << r;
+    }
+    return rec;
+  }
+};
 
 TEST_P(PartialInvariants, ConservationAndIdenticalReplicasInEveryMode) {
-  const int P = GetParam();
+  const int P = ranks();
   for (const PartialMode& mode : modes_for(P)) {
-    Scenario s;
-    s.ranks = P;
+    Scenario s = scenario();
     s.mode = mode;
     s.iterations = kRounds;
     s.seed = 17 + P;
-    auto rec = run_scenario(s);
+    auto rec = run(s);
     if (HasFailure()) return;
     expect_conservation_and_replicas(s, rec, "P=" + std::to_string(P) + " " + mode.name());
     if (HasFailure()) return;
@@ -120,16 +139,15 @@ TEST_P(PartialInvariants, ConservationAndIdenticalReplicasInEveryMode) {
 }
 
 TEST_P(PartialInvariants, DropPolicyAccountsForEveryDiscardedPost) {
-  const int P = GetParam();
+  const int P = ranks();
   for (const PartialMode& mode : {PartialMode::solo(), PartialMode::majority()}) {
-    Scenario s;
-    s.ranks = P;
+    Scenario s = scenario();
     s.mode = mode;
     s.options.late = LatePolicy::kDrop;
     s.iterations = kRounds;
     s.ones = true;
     s.seed = 5 + P;
-    auto rec = run_scenario(s);
+    auto rec = run(s);
     if (HasFailure()) return;
     expect_conservation_and_replicas(s, rec, "drop P=" + std::to_string(P) + " " + mode.name());
     uint64_t total = 0;
@@ -139,17 +157,16 @@ TEST_P(PartialInvariants, DropPolicyAccountsForEveryDiscardedPost) {
 }
 
 TEST_P(PartialInvariants, SyncEveryBoundsStaleness) {
-  const int P = GetParam();
+  const int P = ranks();
   const uint32_t N = 4;
   for (const PartialMode& mode : {PartialMode::solo(), PartialMode::majority()}) {
-    Scenario s;
-    s.ranks = P;
+    Scenario s = scenario();
     s.mode = mode;
     s.options.sync_every = N;
     s.iterations = kRounds;
     s.seed = 99 + P;
     s.max_delay_us = 1500;
-    auto rec = run_scenario(s);
+    auto rec = run(s);
     if (HasFailure()) return;
     expect_conservation_and_replicas(s, rec, "sync_every P=" + std::to_string(P));
     const uint64_t checked = rounds_before_flush(rec);
@@ -166,14 +183,13 @@ TEST_P(PartialInvariants, SyncEveryBoundsStaleness) {
 }
 
 TEST_P(PartialInvariants, QuorumGuaranteesKFreshAndMajorityHalfOnAverage) {
-  const int P = GetParam();
+  const int P = ranks();
   {
-    Scenario s;
-    s.ranks = P;
+    Scenario s = scenario();
     s.mode = PartialMode::quorum_of(std::max(1, (P + 1) / 2));
     s.iterations = kRounds;
     s.seed = 7 + P;
-    auto rec = run_scenario(s);
+    auto rec = run(s);
     if (HasFailure()) return;
     const uint64_t checked = rounds_before_flush(rec);
     for (const Received& x : rec[0].results) {
@@ -182,14 +198,13 @@ TEST_P(PartialInvariants, QuorumGuaranteesKFreshAndMajorityHalfOnAverage) {
     }
   }
   {
-    Scenario s;
-    s.ranks = P;
+    Scenario s = scenario();
     s.mode = PartialMode::majority();
     s.iterations = kRounds;
     s.seed = 11 + P;
     s.delay_probability = 1.0;  // random arrival order every round
     s.max_delay_us = 1000;
-    auto rec = run_scenario(s);
+    auto rec = run(s);
     if (HasFailure()) return;
     const uint64_t checked = rounds_before_flush(rec);
     double sum = 0;
@@ -204,8 +219,13 @@ TEST_P(PartialInvariants, QuorumGuaranteesKFreshAndMajorityHalfOnAverage) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(P, PartialInvariants, ::testing::Values(1, 2, 3, 4, 5, 8, 13),
-                         [](const auto& info) { return "P" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(P, PartialInvariants,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8, 13),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return "P" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_boxes" : "_messages");
+                         });
 
 // Rank 3 sleeps 200 ms before each of its `slow_iterations` posts; the others post `iterations`
 // times without delay and must finish well within `limit_ms`.
@@ -231,6 +251,71 @@ void expect_fast_ranks_go_on(PartialMode mode, int iterations, int slow_iteratio
 TEST(PartialAllreduce, SoloFastRanksDoNotWaitForAStraggler) {
   // 20 rounds at the straggler's pace would take 4000 ms; a fast rank must be far quicker.
   expect_fast_ranks_go_on(PartialMode::solo(), 20, 3, 1500.0);
+}
+
+// Rounds through boxes in every mode, while no rank flushes (the first half of each rank's
+// loop): no mailbox message at all. A
+// contribution in a box activates its round (solo; majority from the initiator; quorum and
+// synchronous rounds from the coordinator, which counts the tentative stores of the ranks that
+// entered early as their arrivals), so neither activations nor arrivals nor data travel as
+// messages. The same rounds as messages send some (the control: the counter counts).
+TEST(PartialAllreduce, RoundsThroughBoxesSendNoMessageInAnyMode) {
+  for (bool boxes : {true, false}) {
+    for (const PartialMode& mode :
+         {PartialMode::solo(), PartialMode::majority(), PartialMode::quorum_of(2),
+          PartialMode::sync(), PartialMode::adaptive()}) {
+      Scenario s;
+      s.ranks = 4;
+      s.mode = mode;
+      s.iterations = 60;
+      s.seed = 31;
+      s.config = {{"EAGERCOMM_HEARTBEAT", "0"}};
+      if (!boxes) s.config.emplace_back("EAGERCOMM_SMALL_MAX_BYTES", "0");
+      auto rec = run_scenario(s);
+      if (HasFailure()) return;
+      const std::string what = mode.name() + (boxes ? " through boxes" : " as messages");
+      expect_conservation_and_replicas(s, rec, what);
+      uint64_t sent = 0;
+      for (const RankRecord& r : rec) {
+        ASSERT_EQ(r.in_boxes, boxes) << what;
+        sent += r.loop_messages;
+      }
+      if (boxes) {
+        EXPECT_EQ(sent, 0u) << what << ": messages sent while the ranks posted";
+      } else if (mode.kind != PartialKind::kSolo) {
+        EXPECT_GT(sent, 0u) << what << ": the control sent nothing";
+      }
+    }
+  }
+}
+
+// Rounds through boxes: a contribution stored in a peer's box must wake that peer's engine,
+// asleep in the transport's wait() while its application does something else (here: rank 3
+// sleeps 3 s before its one post). The other ranks pause up to 10 ms (5 ms on average) before
+// each of their 40 posts, longer than an engine spins before it sleeps (1 ms), so rank 3's engine
+// is asleep when each round begins: with the wake-up the loop takes about 0.2 s; without it rank
+// 3's progress thread looks only every 100 ms (the engine's longest sleep), 2 s or more (measured:
+// 4.9 s). The result queue is deeper than the rounds can be (each post may start its own round:
+// up to 120): rank 3 takes no result while it sleeps, and a full queue would hold every rank
+// back, whichever path the rounds take.
+TEST(PartialAllreduce, RoundsThroughBoxesWakeARankWhoseApplicationSleeps) {
+  Scenario s;
+  s.ranks = 4;
+  s.mode = PartialMode::solo();
+  s.options.result_depth = 128;
+  s.iterations = 40;
+  s.slow_rank = 3;
+  s.slow_delay_ms = 3000;
+  s.slow_iterations = 1;
+  s.delay_probability = 1.0;
+  s.max_delay_us = 10000;
+  auto rec = run_scenario(s);
+  if (HasFailure()) return;
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(rec[r].in_boxes) << "rank " << r;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_LT(rec[r].loop_ms, 1200.0) << "fast rank " << r << " took " << rec[r].loop_ms << " ms";
+  }
+  expect_conservation_and_replicas(s, rec, "sleeping rank");
 }
 
 // The regime's arithmetic on made-up metadata: 4 ranks, windows of 8 rounds, solo from a

@@ -49,7 +49,11 @@ struct RankRecord {
   uint64_t dropped = 0;
   uint64_t activated_at_flush = 0;  // rounds this rank had entered when it began flushing
   uint64_t flush_round = 0;
-  double loop_ms = 0;  // time for the posting loop
+  bool in_boxes = false;  // PartialStats::rounds_in_boxes
+  double loop_ms = 0;     // time for the posting loop
+  // Mailbox messages this rank sent during the first half of the loop (no rank flushes yet: a
+  // flushing rank's peers may set off rounds with messages).
+  uint64_t loop_messages = 0;
   Status error;
 };
 
@@ -117,8 +121,10 @@ inline RankRecord run_rank(int rank, Communicator& comm, const Scenario& s) {
   };
   const int my_iterations =
       rank == s.slow_rank && s.slow_iterations >= 0 ? s.slow_iterations : s.iterations;
+  const uint64_t sent_before = comm.stats().messages_sent;
   const auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < my_iterations; ++it) {
+    if (it == my_iterations / 2) me.loop_messages = comm.stats().messages_sent - sent_before;
     const bool slow_now = s.rotate_slow ? it % s.ranks == rank : rank == s.slow_rank;
     if (slow_now && s.slow_delay_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(s.slow_delay_ms));
@@ -158,6 +164,7 @@ inline RankRecord run_rank(int rank, Communicator& comm, const Scenario& s) {
   me.loop_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   me.activated_at_flush = pa.stats().rounds_activated;
+  me.in_boxes = pa.stats().rounds_in_boxes;
   auto f = pa.flush(take);
   if (!f.ok()) {
     me.error = f.status();

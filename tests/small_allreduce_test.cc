@@ -9,7 +9,10 @@
 #include <cstring>
 #include <thread>
 
+#include "collectives/algorithms.h"
+#include "collectives/small_boxes.h"
 #include "runtime/store.h"
+#include "tests/transport_pair.h"
 #include "tests/world_harness.h"
 
 namespace eagercomm::test {
@@ -232,6 +235,83 @@ TEST(SmallAllreduce, OffMeansTheMailboxPath) {
     EXPECT_EQ(x, 1);
     EXPECT_GT(c.stats().messages_sent, sent);
   });
+}
+
+// A partial allreduce's rounds through its own boxes (make_round_allreduce, numbered by round),
+// driven here by hand on two inproc transports: rank 0 starts SmallBoxes::kDepth + 2 rounds
+// before rank 1 has consumed anything, so its stores of the last two wait for room and say so
+// (waits_for_room: nobody announces the room, the engine must look again), each store wakes
+// rank 1 through its transport (its wait() ends at once), and once rank 1 runs its rounds every
+// round completes on both ranks with the same sum.
+TEST(RoundBoxes, ARankTooFarAheadWaitsForRoomAndItsStoresWakeThePeer) {
+  using detail::SmallBoxes;
+  constexpr int kRounds = static_cast<int>(SmallBoxes::kDepth) + 2;
+  constexpr size_t kCount = 5;
+  Transports t(2, "round-boxes");
+  std::unique_ptr<SmallBoxes> boxes[2];
+  for (int r = 0; r < 2; ++r) {
+    auto made = SmallBoxes::create(t[r], kCount * sizeof(float));
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    boxes[r] = std::move(made).value();
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(boxes[r]->connect_peer(1 - r, boxes[1 - r]->key()).ok());
+  }
+  detail::OpContext ctx[2] = {{0, 2, nullptr, &t[0], &t.config, nullptr},
+                              {1, 2, nullptr, &t[1], &t.config, nullptr}};
+  detail::OpSignature sig;
+  sig.coll = static_cast<uint8_t>(detail::CollKind::kAllreduce);
+  sig.dtype = static_cast<uint8_t>(DataType::kFloat32);
+  sig.redop = static_cast<uint8_t>(ReduceOp::kSum);
+  sig.count = kCount;
+  sig.reserved = static_cast<uint8_t>(detail::Algo::kSmall);
+  auto value = [](int rank, int round, size_t i) {
+    return static_cast<float>(rank * 1000 + round * 10 + static_cast<int>(i));
+  };
+  std::vector<float> buf[2][kRounds];
+  std::shared_ptr<detail::Op> ops[2][kRounds];
+  for (int r = 0; r < 2; ++r) {
+    for (int k = 0; k < kRounds; ++k) {
+      buf[r][k].resize(kCount);
+      for (size_t i = 0; i < kCount; ++i) buf[r][k][i] = value(r, k, i);
+      ops[r][k] = detail::make_round_allreduce(sig, buf[r][k].data(), boxes[r].get(), k, 1);
+    }
+  }
+  for (int k = 0; k < kRounds; ++k) {
+    ASSERT_TRUE(ops[0][k]->start(ctx[0]).ok());
+    EXPECT_EQ(ops[0][k]->waits_for_room(), k >= static_cast<int>(SmallBoxes::kDepth))
+        << "round " << k;
+  }
+  // Rank 0's stores woke rank 1 (its transport, where an idle engine sleeps).
+  const auto t0 = std::chrono::steady_clock::now();
+  t[1].wait(std::chrono::seconds(30));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+      << "rank 0's stores did not wake rank 1";
+  for (int k = 0; k < kRounds; ++k) ASSERT_TRUE(ops[1][k]->start(ctx[1]).ok());
+  // Both ranks drive their rounds, in order, as their engines would.
+  for (int pass = 0; pass < 1000; ++pass) {
+    bool all = true;
+    for (int r = 0; r < 2; ++r) {
+      for (int k = 0; k < kRounds; ++k) {
+        if (ops[r][k]->finished()) continue;
+        Result<int> step = ops[r][k]->advance(ctx[r]);
+        ASSERT_TRUE(step.ok()) << "rank " << r << " round " << k << ": "
+                               << step.status().to_string();
+        all = all && ops[r][k]->finished();
+      }
+    }
+    if (all) break;
+  }
+  for (int k = 0; k < kRounds; ++k) {
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(ops[r][k]->finished()) << "rank " << r << " round " << k;
+      EXPECT_FALSE(ops[r][k]->waits_for_room());
+    }
+    EXPECT_EQ(buf[0][k], buf[1][k]) << "round " << k;
+    for (size_t i = 0; i < kCount; ++i) {
+      EXPECT_EQ(buf[0][k][i], value(0, k, i) + value(1, k, i)) << "round " << k;
+    }
+  }
 }
 
 }  // namespace

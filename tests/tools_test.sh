@@ -100,6 +100,8 @@ assert modes == [(0, "full"), (0, "solo"), (0, "majority"), (0, "quorum(1)"),
                  (3, "full"), (3, "solo"), (3, "majority"), (3, "quorum(1)")], modes
 full = [r for r in d["rows"] if r["mode"] == "full" and r["delay_ms"] == 3][0]
 assert full["fast_median_ms"] >= 3.0, full  # the straggler's delay reaches everybody
+assert full["fast_mean_ms"] >= 3.0, full
+assert all(r["fast_mean_ms"] > 0 and r["vs_full_mean"] > 0 for r in d["rows"]), d["rows"]
 PY
 set +e
 "$bench" --imbalance --pattern zigzag 2>"$tmp/err"; rc=$?

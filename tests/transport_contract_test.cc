@@ -961,6 +961,65 @@ TEST_P(TransportContract, WakeAndNotificationsEndAWait) {
   }
 }
 
+// wake_peer(), on backends whose allocations peers map: the ranks take turns storing a round
+// number into the other's memory through the mapping and waking it with wake_peer(), after a
+// random pause of up to 300 us, so that wake-ups land while the receiver is between finding
+// nothing and sleeping. The receiver finds the stores by loads alone (as a partial allreduce's
+// round boxes are found) and never polls. A lost wake-up shows as a wait that ends only at the
+// backend's own bound (shm: 100 ms) or the 10 s timeout. A wake_peer() before the wait counts.
+TEST_P(TransportContract, WakePeerEndsThePeersWaitAndLosesNoRace) {
+  ASSERT_NO_FATAL_FAILURE(make_world(2));
+  if (!t(0).maps_allocations()) {
+    GTEST_SKIP() << GetParam() << " does not map its peers' allocations: wake_peer() does nothing "
+                 << "and nothing calls it";
+  }
+  // cell[r]: rank r's memory, imported by the other rank, which stores into it.
+  Shared cell[2] = {share(0, 1, 64), share(1, 0, 64)};
+  ASSERT_TRUE(cell[0].remote && cell[1].remote);
+  const int rounds = 300 / kSlowdown;
+  std::atomic<bool> failed{false};
+  int slow[2] = {0, 0};
+  Clock::duration longest[2] = {};
+  on_threads(2, [&](int r) {
+    Transport& me = t(r);
+    auto* mine = reinterpret_cast<std::atomic<uint32_t>*>(cell[r].local->data());
+    auto* theirs = reinterpret_cast<std::atomic<uint32_t>*>(me.mapped_address(*cell[1 - r].remote));
+    ASSERT_NE(theirs, nullptr);
+    std::mt19937 rng(23 + r);
+    for (int i = 0; i < rounds && !failed.load(); ++i) {
+      const auto value = static_cast<uint32_t>(i + 1);
+      if (i % 2 == r) {
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+        theirs->store(value, std::memory_order_release);
+        me.wake_peer(1 - r);
+        continue;
+      }
+      const auto t0 = Clock::now();
+      while (mine->load(std::memory_order_acquire) != value) {
+        if (failed.load() || Clock::now() - t0 > kPatience) {
+          ADD_FAILURE() << "rank " << r << ": round " << i << "'s store never came";
+          failed.store(true);
+          break;
+        }
+        me.wait(10s);
+      }
+      const auto took = Clock::now() - t0;
+      longest[r] = std::max(longest[r], took);
+      slow[r] += took > 50ms;
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LT(longest[r], 5s) << "rank " << r << " slept through a wake_peer()";
+    EXPECT_LE(slow[r], rounds / 2 / 8) << "rank " << r << ": " << slow[r] << " of " << rounds / 2
+                                       << " stores took over 50 ms to be seen (lost wake-ups?)";
+  }
+  // Sticky: a wake-up that comes before the wait ends it at once.
+  t(0).wake_peer(1);
+  const auto t0 = Clock::now();
+  t(1).wait(30s);
+  EXPECT_LT(Clock::now() - t0, 20s) << "a wake_peer() before the wait() was lost";
+}
+
 // ---- stores through mapped memory ----
 
 // Where the backend maps a peer's allocations (maps_allocations(), or a mapped_address() that

@@ -300,6 +300,14 @@ class InprocTransport final : public Transport {
     room_.event.notify_all();
   }
 
+  // As wake(), on the peer's room: its wait() takes `woken` after announcing itself.
+  void wake_peer(int peer) override {
+    if (peer < 0 || peer >= size() || peer == rank()) return;
+    Mailroom& room = fabric_->room(peer);
+    room.woken.store(true, std::memory_order_release);
+    room.event.notify_all();
+  }
+
  private:
   bool peer_has_closed(int peer) {
     return fabric_->room(peer).closed.load(std::memory_order_acquire);

@@ -339,6 +339,18 @@ class ShmTransport final : public Transport {
     block_->event.notify_all();
   }
 
+  // The peer's wait() takes `woken` after announcing itself (prepare_wait) and before it
+  // sleeps, so a wake-up that comes just before the announcement is kept rather than lost.
+  void wake_peer(int peer) override {
+    if (peer < 0 || peer >= size() || peer == rank()) return;
+    Outbox& out = out_[peer];
+    if (!out.connected || out.block == nullptr) return;
+    // Always stored (release), never skipped when already set: the peer's exchange of this
+    // store is what makes the caller's earlier stores visible to it.
+    out.block->woken.store(1, std::memory_order_release);
+    out.event->notify_all();
+  }
+
  private:
   // This rank's sending side towards one peer: its ring in the peer's control segment.
   struct Outbox {

@@ -141,6 +141,13 @@ class Transport {
   // wait()), or `timeout` passed. Spurious returns are allowed. Thread-safe.
   virtual void wait(std::chrono::nanoseconds timeout) = 0;
   virtual void wake() = 0;
+  // Makes `peer`'s current or next wait() return, as a notification would, delivering nothing
+  // (sticky, like wake()). For data that a peer finds by loads alone: stores through
+  // mapped_address() come with no notification, so a peer asleep in wait() would otherwise
+  // sleep on. Call it after the stores (they are then visible when the peer's wait() returns).
+  // Only backends whose allocate() memory peers map (maps_allocations()) need it; the others
+  // do nothing. Called by the current driver.
+  virtual void wake_peer(int peer) { (void)peer; }
 
   // Leaves the job: tells connected peers this rank is gone, finishes (or, at a bounded
   // deadline, abandons) what is in flight and stops serving peers' operations. Afterwards
