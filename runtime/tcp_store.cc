@@ -847,6 +847,9 @@ struct TcpStore::Connection {
     return fail(make_status(StatusCode::kPeerFailed, "store at %s %s", address.c_str(), how));
   }
   Status closed() { return lost("closed the connection (the store's process may have exited)"); }
+  // The same departure when the store's process exited with data of ours unread: the kernel
+  // answers with a reset instead of an orderly close.
+  Status reset() { return lost("reset the connection (the store's process may have exited)"); }
 
   // Reads what is available into `in` (up to the store's end of the stream: `eof`). Returns an
   // error (marking the connection broken) when the connection was reset or failed.
@@ -866,7 +869,7 @@ struct TcpStore::Connection {
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      if (errno == ECONNRESET || errno == EPIPE) return lost("reset the connection");
+      if (errno == ECONNRESET || errno == EPIPE) return reset();
       return fail(make_status(StatusCode::kIoError, "store at %s: receive failed: %s",
                               address.c_str(), strerror(errno)));
     }
@@ -888,7 +891,7 @@ struct TcpStore::Connection {
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-        if (errno == EPIPE || errno == ECONNRESET) return lost("reset the connection");
+        if (errno == EPIPE || errno == ECONNRESET) return reset();
         return fail(make_status(StatusCode::kIoError, "store at %s: send failed: %s",
                                 address.c_str(), strerror(errno)));
       }
