@@ -16,11 +16,14 @@ the default) lowers the momentum of stale rounds, so no separate momentum is nee
 Time to accuracy: every configuration is evaluated at time 0 and --evals-per-epoch times per
 epoch at equally spaced steps (eager configurations call finish() first, so the replicas are
 identical; the finish counts as training time, the evaluation does not). The reference accuracy
-is the final accuracy of the first DDP configuration (or of --target-config). Per configuration
-rank 0 prints the training time, throughput (training samples of all ranks per second), final
-test accuracy, time to reach the reference accuracy (linear interpolation between evaluations),
-the speedup in that time over the reference, and the accuracy at equal wall time (every curve
-read at the shortest training time of all configurations).
+is the final accuracy of the first DDP configuration (or of --target-config), which trains first.
+An eager configuration may train longer to reach it (--eager-epochs; with --stop-at-target it
+stops at the first evaluation past --epochs that reaches it), as eagercomm-train does. Per
+configuration rank 0 prints the training time, throughput (training samples of all ranks per
+second), final test accuracy, accuracy after --epochs (equal epochs), time to reach the reference
+accuracy (linear interpolation between evaluations), the speedup in that time over the
+reference, and the accuracy at equal wall time (every curve read at the shortest training time
+of all configurations).
 
 Every configuration runs once per seed (--seeds 1,2,3): the seed sets the initial model, the
 data order and the imbalance draws, identical for every configuration of that seed. After the
@@ -119,8 +122,10 @@ def parse_seeds(text):
     return seeds
 
 
-def train(config, seed, args, shard, test, gloo):
-    """Trains one configuration; returns its row: times, curve [(seconds, accuracy)], stats."""
+def train(config, seed, args, shard, test, gloo, target=None):
+    """Trains one configuration; returns its row: times, curve [(seconds, accuracy)], stats.
+    An eager configuration trains --eager-epochs and, with --stop-at-target, stops at the first
+    evaluation past --epochs that reaches `target` (every rank sees the same accuracy)."""
     rank, size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(seed)  # same initial model in every configuration of this seed
     model = Cnn()
@@ -145,9 +150,14 @@ def train(config, seed, args, shard, test, gloo):
     curve = [(0.0, accuracy(model, test, args.test_total))]
     curve_epochs = [0.0]
     trained = 0.0  # training seconds so far, evaluations excluded
+    epochs = args.eager_epochs if eager and args.eager_epochs else args.epochs
+    done_steps = 0
+    reached = False
     dist.barrier()
     start = time.perf_counter()
-    for epoch in range(args.epochs):
+    for epoch in range(epochs):
+        if reached:
+            break
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(
             (seed << 32) + (epoch << 16) + rank))
         shared = random.Random((seed << 32) + epoch)  # identical draws on every rank
@@ -159,6 +169,7 @@ def train(config, seed, args, shard, test, gloo):
             if rank in shared.sample(range(size), args.k):
                 time.sleep(args.delay_ms / 1000.0)
             opt.step()
+            done_steps += 1
             if step + 1 in evals:
                 if eager:
                     opt.finish()  # flush what is carried: replicas identical again
@@ -166,11 +177,18 @@ def train(config, seed, args, shard, test, gloo):
                 trained += time.perf_counter() - start
                 curve.append((trained, accuracy(model, test, args.test_total)))
                 curve_epochs.append(epoch + (step + 1) / steps)
+                if (eager and args.stop_at_target and target is not None and
+                        curve_epochs[-1] >= args.epochs and curve[-1][1] >= target):
+                    reached = True
+                    break
                 dist.barrier()
                 start = time.perf_counter()
+    # After --epochs: the evaluation at the end of that epoch (every configuration has one).
+    equal_epochs = next(a for e, a in zip(curve_epochs, [a for _, a in curve]) if e >= args.epochs)
     row = dict(config=config, seed=seed, time_s=trained,
-               samples_per_s=steps * args.epochs * args.batch * size / trained,
-               final_accuracy=curve[-1][1], curve=curve, curve_epochs=curve_epochs)
+               samples_per_s=done_steps * args.batch * size / trained,
+               epochs_trained=curve_epochs[-1], final_accuracy=curve[-1][1],
+               accuracy_at_equal_epochs=equal_epochs, curve=curve, curve_epochs=curve_epochs)
     if eager:
         s = opt.stats()
         row["stats"] = dict(s, rounds=opt.version)
@@ -226,14 +244,15 @@ def score(rows, target_config):
 def print_seed(seed, rows, target, equal, target_config):
     print(f"seed {seed}: reference accuracy {target:.4f} ({target_config} final), equal time "
           f"{equal:.2f} s")
-    print(f"  {'configuration':<20} {'time s':>8} {'samples/s':>10} {'final acc':>9} "
-          f"{'tta s':>11} {'speedup':>8} {'acc@equal':>9}")
+    print(f"  {'configuration':<20} {'time s':>8} {'epochs':>6} {'samples/s':>10} {'final acc':>9} "
+          f"{'acc@epochs':>10} {'tta s':>11} {'speedup':>8} {'acc@equal':>9}")
     for r in rows:
         tta = r["time_to_accuracy_s"]
         tta_s = "not reached" if tta is None else f"{tta:.2f}"
         sp = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
-        print(f"  {r['config']:<20} {r['time_s']:>8.2f} {r['samples_per_s']:>10.0f} "
-              f"{r['final_accuracy']:>9.4f} {tta_s:>11} {sp:>8} "
+        print(f"  {r['config']:<20} {r['time_s']:>8.2f} {r['epochs_trained']:>6.2f} "
+              f"{r['samples_per_s']:>10.0f} {r['final_accuracy']:>9.4f} "
+              f"{r['accuracy_at_equal_epochs']:>10.4f} {tta_s:>11} {sp:>8} "
               f"{r['accuracy_at_equal_time']:>9.4f}  {r['extra']}".rstrip(), flush=True)
 
 
@@ -253,6 +272,7 @@ def summarize(configs, all_rows):
             config=c, seeds=len(rows),
             time_s=[r["time_s"] for r in rows],
             final_accuracy=[r["final_accuracy"] for r in rows],
+            accuracy_at_equal_epochs=[r["accuracy_at_equal_epochs"] for r in rows],
             speedup=speedups, not_reached=len(rows) - len(speedups),
             accuracy_at_equal_time=[r["accuracy_at_equal_time"] for r in rows]))
     return summary
@@ -261,14 +281,15 @@ def summarize(configs, all_rows):
 def print_summary(summary):
     n = summary[0]["seeds"]
     print(f"over {n} seed(s): mean [min, max]")
-    print(f"  {'configuration':<20} {'time s':>22} {'final acc':>25} {'speedup':>22} "
-          f"{'acc@equal':>25}")
+    print(f"  {'configuration':<20} {'time s':>22} {'final acc':>25} {'acc@epochs':>25} "
+          f"{'speedup':>22} {'acc@equal':>25}")
     for s in summary:
         sp = spread(s["speedup"], "{:.2f}")
         if s["not_reached"]:
             sp += f" ({s['not_reached']}/{s['seeds']} not reached)"
         print(f"  {s['config']:<20} {spread(s['time_s'], '{:.2f}'):>22} "
-              f"{spread(s['final_accuracy'], '{:.4f}'):>25} {sp:>22} "
+              f"{spread(s['final_accuracy'], '{:.4f}'):>25} "
+              f"{spread(s['accuracy_at_equal_epochs'], '{:.4f}'):>25} {sp:>22} "
               f"{spread(s['accuracy_at_equal_time'], '{:.4f}'):>25}", flush=True)
 
 
@@ -278,6 +299,12 @@ def main():
     p.add_argument("--train-samples", type=int, default=24000, help="subset, all ranks together")
     p.add_argument("--test-samples", type=int, default=10000)
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--eager-epochs", type=int, default=0,
+                   help="epochs of the eager configurations (0: --epochs), so that time to the "
+                        "reference accuracy can be measured when they need more")
+    p.add_argument("--stop-at-target", action="store_true",
+                   help="eager configurations stop at the first evaluation past --epochs that "
+                        "reaches the reference accuracy")
     p.add_argument("--batch", type=int, default=32, help="per rank")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9,
@@ -305,11 +332,16 @@ def main():
         raise SystemExit("--evals-per-epoch must be at least 1")
     if args.epochs < 1:
         raise SystemExit("--epochs must be at least 1")
+    if args.eager_epochs and args.eager_epochs < args.epochs:
+        raise SystemExit(f"--eager-epochs {args.eager_epochs} is fewer than --epochs {args.epochs}")
     target_config = args.target_config
     if target_config is None:
         target_config = next((c for c in configs if c.startswith("ddp-")), configs[0])
     elif target_config not in configs:
         raise SystemExit(f"--target-config {target_config} is not in --configs {args.configs}")
+    if (args.eager_epochs or args.stop_at_target) and target_config.startswith("eager-"):
+        raise SystemExit(f"--eager-epochs and --stop-at-target need a DDP reference, not "
+                         f"{target_config}")
     torch.set_num_threads(1)  # one core per rank: ranks are processes
     dist.init_process_group("eagercomm", timeout=datetime.timedelta(seconds=120))
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -338,11 +370,18 @@ def main():
               f"{args.test_total} test samples; seeds {','.join(map(str, seeds))}", flush=True)
     all_rows, per_seed = [], []
     for seed in seeds:
-        rows = []
+        # The reference first: the eager configurations may stop at its final accuracy.
+        trained = {target_config: train(target_config, seed, args, shard, test, gloo)}
+        target_accuracy = trained[target_config]["final_accuracy"]
+        if rank == 0:
+            print(f"  done: seed {seed} {target_config}", flush=True)
         for config in configs:
-            rows.append(train(config, seed, args, shard, test, gloo))
+            if config in trained:
+                continue
+            trained[config] = train(config, seed, args, shard, test, gloo, target_accuracy)
             if rank == 0:
                 print(f"  done: seed {seed} {config}", flush=True)
+        rows = [trained[c] for c in configs]
         target, equal = score(rows, target_config)
         all_rows += rows
         per_seed.append(dict(seed=seed, target_accuracy=target, equal_time_s=equal))
