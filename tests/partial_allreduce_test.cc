@@ -300,8 +300,8 @@ TEST(PartialAllreduce, RoundsThroughBoxesSendNoMessageInAnyMode) {
 // sleeps 1.5 s before its one post). The other ranks pause up to 10 ms (5 ms on average) before
 // each of their 40 posts, longer than an engine spins before it sleeps (1 ms), so rank 3's engine
 // is asleep when each round begins: with the wake-up the loop takes about 0.2 s; without it rank
-// 3's progress thread looks only every 100 ms (the engine's longest sleep), and the loop takes
-// until rank 3 wakes (measured: 3.9 s). The result queue is deeper than the rounds can be (each
+// 3's progress thread looks only every 100 ms (the engine's longest sleep), about one round per
+// look: seconds (measured: 3.9 s). The result queue is deeper than the rounds can be (each
 // post may start its own round: up to 120): rank 3 takes no result while it sleeps, and a full
 // queue would hold every rank back, whichever path the rounds take.
 TEST(PartialAllreduce, RoundsThroughBoxesWakeARankWhoseApplicationSleeps) {
