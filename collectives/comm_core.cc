@@ -972,7 +972,11 @@ int CommCore::send_outgoing() {
     const size_t n = std::min(it->text.size(), mailbox_->payload_capacity());
     std::memcpy(slot.payload, it->text.data(), n);
     Status s = mailbox_->send(slot, n);
-    if (!s.ok()) {
+    if (!s.ok() && transport_->peer_left(it->peer)) {
+      // A peer that left needs no notice (a normal shutdown, ranks leaving in any order).
+      EC_DEBUG(kColl, "rank %d: no notice to rank %d, which left: %s", rank_, it->peer,
+               s.to_string().c_str());
+    } else if (!s.ok()) {
       EC_WARN(kColl, "rank %d: could not send a notice to rank %d: %s", rank_, it->peer,
               s.to_string().c_str());
     }

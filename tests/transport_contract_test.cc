@@ -1511,6 +1511,29 @@ TEST_P(TransportContract, ClosingRightAfterWritingLosesNothing) {
   }
 }
 
+// peer_left(): false for peers that are there; once a peer closed its transport, true at the
+// others as soon as they learn of it while they poll (shm and inproc at once, ucx from its
+// goodbye, verbs from the disconnect), so that the errors of writes and notifies to it can be
+// told from failures (a normal shutdown warns about nothing).
+TEST_P(TransportContract, AClosedPeerIsReportedAsLeft) {
+  ASSERT_NO_FATAL_FAILURE(make_world(2));
+  ASSERT_NO_FATAL_FAILURE(warm_up());
+  EXPECT_FALSE(t(0).peer_left(1));
+  EXPECT_FALSE(t(1).peer_left(0));
+  EXPECT_FALSE(t(1).peer_left(1)) << "itself";
+  EXPECT_FALSE(t(1).peer_left(7)) << "a rank out of range";
+  std::thread closer([&] { t(0).close(); });
+  Completions seen;
+  const auto deadline = Clock::now() + kPatience;
+  while (!t(1).peer_left(0) && Clock::now() < deadline) {
+    if (seen.poll(t(1)) == 0) t(1).wait(1ms);
+  }
+  closer.join();
+  EXPECT_TRUE(t(1).peer_left(0)) << GetParam() << ": rank 1 never learnt that rank 0 left";
+  const Status s = t(1).notify(0, 1);
+  EXPECT_FALSE(s.ok()) << "a notify to a peer that left was accepted";
+}
+
 // One rank closes; the others go on. They may try to write to it and notify it (refused or
 // accepted, as the backend tells that the rank left) without crashing, nothing of it reaches
 // the closed rank's regions ("no peer writes into them any more"), and they still talk to

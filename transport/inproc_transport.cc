@@ -300,6 +300,10 @@ class InprocTransport final : public Transport {
     room_.event.notify_all();
   }
 
+  bool peer_left(int peer) const override {
+    return peer >= 0 && peer < size() && peer != rank() && peer_has_closed(peer);
+  }
+
   // As wake(), on the peer's room: its wait() takes `woken` after announcing itself.
   void wake_peer(int peer) override {
     if (peer < 0 || peer >= size() || peer == rank()) return;
@@ -309,7 +313,7 @@ class InprocTransport final : public Transport {
   }
 
  private:
-  bool peer_has_closed(int peer) {
+  bool peer_has_closed(int peer) const {
     return fabric_->room(peer).closed.load(std::memory_order_acquire);
   }
 

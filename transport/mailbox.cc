@@ -183,7 +183,13 @@ bool Mailbox::has_deferred() const {
 void Mailbox::return_credit(int peer, uint32_t slot) {
   Status s = post(peer, Pending{Pending::Kind::kNotify,
                                 mailbox_tag::make(mailbox_tag::kCredit, slot, 0), slot, 0});
-  if (!s.ok()) EC_WARN(kNet, "mailbox: credit to rank %d failed: %s", peer, s.to_string().c_str());
+  if (s.ok()) return;
+  // A peer that left takes no credits any more: nothing was lost (a normal shutdown).
+  if (transport_.peer_left(peer)) {
+    EC_DEBUG(kNet, "mailbox: no credit to rank %d, which left: %s", peer, s.to_string().c_str());
+  } else {
+    EC_WARN(kNet, "mailbox: credit to rank %d failed: %s", peer, s.to_string().c_str());
+  }
 }
 
 void Mailbox::send_due_credits(int peer) {

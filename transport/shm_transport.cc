@@ -339,6 +339,11 @@ class ShmTransport final : public Transport {
     block_->event.notify_all();
   }
 
+  bool peer_left(int peer) const override {
+    return peer >= 0 && peer < size() && peer != rank() && out_[peer].connected &&
+           out_[peer].block != nullptr && peer_has_closed(peer);
+  }
+
   // The peer's wait() takes `woken` after announcing itself (prepare_wait) and before it
   // sleeps, so a wake-up that comes just before the announcement is kept rather than lost.
   void wake_peer(int peer) override {

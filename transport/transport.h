@@ -148,6 +148,13 @@ class Transport {
   // Only backends whose allocate() memory peers map (maps_allocations()) need it; the others
   // do nothing. Called by the current driver.
   virtual void wake_peer(int peer) { (void)peer; }
+  // True once `peer` closed its transport (it left the job, see close()) and this rank has
+  // learnt so: a write or notify to it then fails because it is gone, not because something broke,
+  // which callers report as such (a normal shutdown is not an error). Called by the current driver.
+  virtual bool peer_left(int peer) const {
+    (void)peer;
+    return false;
+  }
 
   // Leaves the job: tells connected peers this rank is gone, finishes (or, at a bounded
   // deadline, abandons) what is in flight and stops serving peers' operations. Afterwards

@@ -315,6 +315,7 @@ class UcxTransport final : public Transport {
   size_t poll(std::span<TransportCompletion> out) override;
   void wait(std::chrono::nanoseconds timeout) override;
   void wake() override;
+  bool peer_left(int peer) const override;
 
  private:
   struct Peer {
@@ -1383,6 +1384,10 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
   }
   progress_due_.store(true, std::memory_order_relaxed);
   done2();
+}
+
+bool UcxTransport::peer_left(int peer) const {
+  return peer >= 0 && peer < size() && peers_[peer].bye_received;
 }
 
 void UcxTransport::wake() {

@@ -170,6 +170,11 @@ class VerbsTransport final : public Transport {
   void wait(std::chrono::nanoseconds timeout) override;
   void wake() override;
   void close() override;
+  // A peer that disconnected after connecting (its close(), over the cm path; a dead peer fails
+  // instead).
+  bool peer_left(int peer) const override {
+    return peer >= 0 && peer < size() && peers_[peer].left && !peers_[peer].failed;
+  }
 
  private:
   struct Peer {
