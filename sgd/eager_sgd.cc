@@ -158,6 +158,12 @@ double EagerSgd::current_momentum() const {
 }
 
 void EagerSgd::apply(const RoundResult& result) {
+  if (result.contributors() == 0) {
+    // No rank had anything: no step (the metadata is identical on every rank, so all skip it).
+    ++stats_.rounds_applied;
+    ++stats_.empty_rounds;
+    return;
+  }
   const auto start = Clock::now();
   const double s = round_staleness(result);
   double rate = options_.lr.at(result.round());

@@ -19,6 +19,10 @@
 // The update of round r, with g the round's sum (the mean of the fresh and carried gradients it
 // contains, each rank having divided by P) and PyTorch's conventions:
 //   d = g + weight_decay * p;   v = mu(r) * v + d;   p -= lr(r) * v
+// A round that carries no gradient from any rank (a flush's last round, say) is no step: it
+// leaves parameters and velocity alone, as torch.optim.SGD does between two steps. (It used to
+// apply momentum and decay once more, about nine steps' worth of movement along the velocity at
+// every evaluation, which put synchronous rounds 0.9 points below DDP: sgd/EXPERIMENTS.md.)
 // mu(r) is `momentum`, corrected for staleness by the default rule (StalenessRule): a gradient
 // computed s rounds ago acts as momentum of its own (Mitliagkas et al., "Asynchrony begets
 // momentum", 2016), so with s the running mean staleness of the applied rounds the explicit
@@ -78,6 +82,7 @@ struct SgdOptions {
 struct SgdStats {
   uint64_t steps = 0;                // step() calls
   uint64_t rounds_applied = 0;       // results applied (== rounds, identical on every rank)
+  uint64_t empty_rounds = 0;         // of those, rounds no rank had a gradient in: no step
   uint64_t fresh_posts = 0;          // own posts that landed in the round they were meant for
   uint64_t late_posts = 0;           // own posts carried into a later round (or dropped)
   uint64_t blocking_steps = 0;       // steps that had to wait for a round
@@ -96,11 +101,13 @@ struct SgdStats {
   double fresh_fraction(int size) const;
   // Mean and max of the per-round oldest staleness.
   double mean_staleness() const;
-  // Means over applied rounds: momentum and rate in force, staleness of the contributions.
-  double mean_momentum() const { return rounds_applied ? momentum_sum / rounds_applied : 0; }
-  double mean_lr() const { return rounds_applied ? lr_sum / rounds_applied : 0; }
+  // Rounds that were steps (held a gradient).
+  uint64_t steps_applied() const { return rounds_applied - empty_rounds; }
+  // Means over those: momentum and rate in force, staleness of the contributions.
+  double mean_momentum() const { return steps_applied() ? momentum_sum / steps_applied() : 0; }
+  double mean_lr() const { return steps_applied() ? lr_sum / steps_applied() : 0; }
   double mean_contribution_staleness() const {
-    return rounds_applied ? staleness_sum / rounds_applied : 0;
+    return steps_applied() ? staleness_sum / steps_applied() : 0;
   }
   int max_staleness() const;
 };

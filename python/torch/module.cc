@@ -247,6 +247,7 @@ py::dict sgd_stats(const sgd::EagerSgd& o) {
   py::dict d;
   d["steps"] = s.steps;
   d["rounds_applied"] = s.rounds_applied;
+  d["empty_rounds"] = s.empty_rounds;
   d["fresh_posts"] = s.fresh_posts;
   d["late_posts"] = s.late_posts;
   d["blocking_steps"] = s.blocking_steps;
