@@ -721,8 +721,12 @@ void CommCore::on_peer_exit(int peer, uint32_t low_seq) {
           seq_text(from).c_str());
   // The leaver stopped touching this rank's buffers before it said goodbye (same thread, and
   // the notice follows its last write in the per-pair order): mark_gone releases them.
+  // A leaver often leaves because of an error of its own, one this rank was about to report
+  // too (a peer behind a cut link times out on every rank within milliseconds): the ranks
+  // this one has not heard from are the likelier cause, so the error names them as well.
   mark_gone(peer, static_cast<int64_t>(from),
-            make_status(StatusCode::kPeerFailed, "rank %d destroyed its communicator", peer));
+            make_status(StatusCode::kPeerFailed, "rank %d destroyed its communicator%s", peer,
+                        silent_report().c_str()));
 }
 
 void CommCore::on_control(int peer, uint32_t control) {
