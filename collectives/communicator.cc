@@ -47,13 +47,18 @@ Result<size_t> check_buffer(const char* what, const void* ptr, size_t count, Dat
   return count * es;
 }
 
-// kHost unless this process has a GPU and a buffer is device memory: programs without a GPU
-// pay one cached flag here, and never initialise CUDA.
+// kHost unless a buffer is device memory (asked of the driver, which creates no context: a
+// host-only program never initialises the CUDA runtime). A device buffer in a process that cannot
+// use CUDA is refused here rather than handed to the host path.
 Result<detail::DevicePath> device_route(const char* what, const void* send, const void* recv,
                                         DataType type, std::optional<ReduceOp> op) {
-  if (!gpu::available()) return detail::DevicePath::kHost;
-  return detail::choose_device_path(what, gpu::detected_kind(send), gpu::detected_kind(recv), type,
-                                    op, cuda::reduce_built());
+  const MemoryKind send_kind = gpu::detected_kind(send);
+  const MemoryKind recv_kind = send == recv ? send_kind : gpu::detected_kind(recv);
+  if (send_kind == MemoryKind::kHost && recv_kind == MemoryKind::kHost) {
+    return detail::DevicePath::kHost;
+  }
+  EC_RETURN_IF_ERROR(gpu::check_usable(what));
+  return detail::choose_device_path(what, send_kind, recv_kind, type, op, cuda::reduce_built());
 }
 
 // The operation behind a Request whose work already ran on the caller's thread.

@@ -9,8 +9,8 @@
 // every rank's result is identical bit for bit. broadcast and allgather only copy.
 //
 // One per communicator, made on the first device buffer (a host-only program never makes one,
-// so it never touches CUDA beyond gpu::available()). Compiled in every build: without CUDA,
-// create() fails with kUnavailable, which cannot be reached since no pointer is device memory.
+// and never touches the CUDA runtime). Compiled in every build: without CUDA, create() fails with
+// kUnavailable, which is not reached: a device buffer is refused before (gpu::check_usable).
 #pragma once
 
 #include <chrono>
@@ -70,10 +70,7 @@ class DeviceStaging {
   gpu::DeviceBuffer scratch_;  // the gathered blocks on the device, then the result if recv is host
 };
 
-// Whether `p` is CUDA device memory: one cached look (gpu::available()) in programs without a
-// GPU, one cudaPointerGetAttributes otherwise.
-inline bool is_device_pointer(const void* p) {
-  return p != nullptr && gpu::available() && gpu::detected_kind(p) == MemoryKind::kCuda;
-}
+// Whether `p` is CUDA device memory (gpu::detected_kind: no context is created).
+inline bool is_device_pointer(const void* p) { return gpu::detected_kind(p) == MemoryKind::kCuda; }
 
 }  // namespace eagercomm::detail

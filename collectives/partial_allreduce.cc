@@ -95,7 +95,8 @@ Status RoundResult::copy_to(void* dst) const {
   if (data_ == nullptr) {
     return Status(StatusCode::kInvalidArgument, "RoundResult::copy_to() of a released result");
   }
-  if (gpu::available() && gpu::detected_kind(dst) == MemoryKind::kCuda) {
+  if (gpu::detected_kind(dst) == MemoryKind::kCuda) {
+    EC_RETURN_IF_ERROR(gpu::check_usable("RoundResult::copy_to"));
     return gpu::copy_and_wait(dst, data_, bytes);
   }
   std::memcpy(dst, data_, bytes);
@@ -434,7 +435,8 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
   } restart{*this, adaptive};
   // A device gradient: copied out before entering the open buffer, so the engine never waits on
   // a CUDA copy for the writer count to drop.
-  if (count > 0 && gpu::available() && gpu::detected_kind(gradient) == MemoryKind::kCuda) {
+  if (count > 0 && gpu::detected_kind(gradient) == MemoryKind::kCuda) {
+    EC_RETURN_IF_ERROR(gpu::check_usable("partial allreduce post"));
     device_stage_.resize(s.bytes);
     EC_RETURN_IF_ERROR(gpu::copy_and_wait(device_stage_.data(), gradient, s.bytes));
     gradient = device_stage_.data();

@@ -333,6 +333,19 @@ constexpr Variable kVariables[] = {
             "as processes of one host, shared memory as the wire) instead of the host's "
             "rdma-core: a test and development aid with a NIC's semantics, not a fast path",
      .field = field<&Config::verbs_emulate>()},
+    {.name = "EAGERCOMM_CUDA",
+     .kind = Kind::kBool,
+     .default_text = "1",
+     .doc = "ask the CUDA driver (loaded at run time, when present) whether a buffer is device "
+            "memory, without creating a CUDA context; off: no driver is loaded and every buffer "
+            "is taken as host memory (a device pointer then faults in the host path)",
+     .field = field<&Config::cuda>()},
+    {.name = "EAGERCOMM_CUDA_DRIVER",
+     .kind = Kind::kString,
+     .default_text = "libcuda.so.1",
+     .note = "a library name or path for dlopen",
+     .doc = "the CUDA driver library that EAGERCOMM_CUDA loads",
+     .field = field<&Config::cuda_driver>()},
     // Where a process stands in its job. eagercomm-run sets these; under mpirun, srun or
     // torchrun their own variables are read instead (these override them when set).
     {.name = "EAGERCOMM_RANK",

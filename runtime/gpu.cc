@@ -1,6 +1,7 @@
 #include "runtime/gpu.h"
 
 #include "runtime/build_config.h"
+#include "runtime/cuda_driver.h"
 
 #if EAGERCOMM_HAVE_CUDA
 #include <cudaTypedefs.h>  // PFN_ types of driver entry points: a header, nothing is linked
@@ -24,6 +25,19 @@ Status check_kind(MemoryKind declared, MemoryKind detected, const char* what) {
                      "%s: the buffer was passed as CUDA memory (MemoryKind::kCuda) but CUDA does "
                      "not know it as device memory (a host pointer?)",
                      what);
+}
+
+// Through the driver in every build, CUDA or not (runtime/cuda_driver.h): no context is created.
+MemoryKind detected_kind(const void* p) {
+  CudaDriver* driver = p != nullptr ? process_driver() : nullptr;
+  return driver != nullptr ? driver->classify(p) : MemoryKind::kHost;
+}
+
+Status check_usable(const char* what) {
+  if (available()) return Status::Ok();
+  return make_status(StatusCode::kUnavailable,
+                     "%s: the buffer is CUDA device memory, but this process cannot use CUDA: %s",
+                     what, query().reason.c_str());
 }
 
 #if EAGERCOMM_HAVE_CUDA
@@ -62,17 +76,6 @@ Inventory query() {
   }
   if (inv.devices.empty()) inv.reason = "the CUDA driver lists no GPU";
   return inv;
-}
-
-MemoryKind detected_kind(const void* p) {
-  if (p == nullptr) return MemoryKind::kHost;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {  // no driver or no device: host memory
-    cudaGetLastError();                                  // clear the sticky error of a failed query
-    return MemoryKind::kHost;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? MemoryKind::kCuda
-                                                                           : MemoryKind::kHost;
 }
 
 namespace {
@@ -451,7 +454,6 @@ Status Stream::synchronize() const {
 Status copy_async(void*, const void*, size_t, void*) {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
-MemoryKind detected_kind(const void*) { return MemoryKind::kHost; }
 
 #endif
 

@@ -38,10 +38,17 @@ bool cuda_built();
 // The GPUs of this machine. Never fails: no driver, no device or no CUDA build end up in reason.
 Inventory query();
 
-// What CUDA says `p` points to: kCuda for device (or managed) memory, kHost otherwise. Always
-// kHost without CUDA or without a GPU (then no pointer can be device memory). Costs a driver
-// call (~1 us): for set-up paths, not per message.
+// What the CUDA driver says `p` points to: kCuda for device (or managed) memory, kHost
+// otherwise. Asked through runtime/cuda_driver.h in every build, also without the CUDA toolkit,
+// and never creates a context: kHost without a driver, with EAGERCOMM_CUDA=off, and while the
+// process has no CUDA context (no pointer can be device memory then; the check is a few driver
+// lookups). Once a context exists, one driver call per pointer: per collective, not per message.
 MemoryKind detected_kind(const void* p);
+
+// Ok when this process can work on device memory (a CUDA build and a GPU); else kUnavailable
+// naming `what` and why not (no CUDA in this build, no driver, a driver older than the runtime).
+// For a buffer that detected_kind() found to be device memory: refused, not handed to the host.
+Status check_usable(const char* what);
 
 // The error for a buffer that the caller declared as `declared` but CUDA reports as `detected`
 // (a device pointer passed as host memory, or the reverse), naming `what`; Ok when they agree.
@@ -113,8 +120,8 @@ class PinnedBuffer {
 };
 
 // Whether the CUDA runtime reports at least one GPU. Asked once per process and cached: the first
-// call loads the driver (if any) but creates no context, so host-only programs pay one look and
-// never more. False in builds without CUDA. Callers ask this before detected_kind() on hot paths.
+// call initialises the runtime (it loads the driver; no context yet). False in builds without
+// CUDA. Host paths ask detected_kind() first and this only for a device buffer.
 bool available();
 
 // A CUDA stream (cudaStreamNonBlocking) of the current device, destroyed when the object goes:

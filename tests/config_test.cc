@@ -80,6 +80,8 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_IB_TC", "auto"},
       {"EAGERCOMM_IB_MTU", "auto"},
       {"EAGERCOMM_VERBS_EMULATE", "0"},
+      {"EAGERCOMM_CUDA", "1"},
+      {"EAGERCOMM_CUDA_DRIVER", "libcuda.so.1"},
       {"EAGERCOMM_RANK", "0"},
       {"EAGERCOMM_SIZE", "1"},
       {"EAGERCOMM_LOCAL_RANK", "0"},
