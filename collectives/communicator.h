@@ -145,6 +145,11 @@ class Communicator {
   // CUDA kernels on a stream of this communicator; the _async forms run them to the end before
   // returning (the Request is already complete). Every rank must pass device memory to a given
   // allreduce or none may (else it fails with kMismatch); broadcast and allgather mix freely.
+  // Stream order: a call reads and writes device buffers after all work enqueued on the legacy
+  // default stream before it (kernels, pageable cudaMemcpy), and the results are complete when
+  // it returns. Work on the application's own non-blocking streams is not waited for: finish
+  // it (or make the legacy default stream wait for it) first. A device buffer where this
+  // process cannot use CUDA is refused (kUnavailable), never read as host memory.
   Result<Request> allreduce_async(const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op);
   Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,

@@ -53,6 +53,9 @@ Result<void*> DeviceStaging::device(gpu::DeviceBuffer& buf, size_t bytes) {
 
 Status DeviceStaging::copy_sync(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return Status::Ok();
+  // The caller's buffers are written (and read) by work on the legacy default stream that may
+  // still be running: the staging stream is non-blocking, so it is ordered after that work.
+  EC_RETURN_IF_ERROR(stream_.after_legacy_default());
   EC_RETURN_IF_ERROR(gpu::copy_async(dst, src, bytes, stream_.handle()));
   return stream_.synchronize();
 }

@@ -155,20 +155,39 @@ Result<Stream> Stream::create() {
       e != cudaSuccess) {
     return cuda_error(e, "cudaStreamCreateWithFlags");
   }
-  return Stream(s);
+  cudaEvent_t ev = nullptr;
+  if (const cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+      e != cudaSuccess) {
+    cudaStreamDestroy(s);
+    return cuda_error(e, "cudaEventCreateWithFlags");
+  }
+  return Stream(s, ev);
 }
 
 Stream& Stream::operator=(Stream&& o) noexcept {
   if (this != &o) {
+    if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
     if (handle_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(handle_));
     handle_ = o.handle_;
+    event_ = o.event_;
     o.handle_ = nullptr;
+    o.event_ = nullptr;
   }
   return *this;
 }
 
 Stream::~Stream() {
+  if (event_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (handle_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(handle_));
+}
+
+Status Stream::after_legacy_default() const {
+  const auto ev = static_cast<cudaEvent_t>(event_);
+  if (const cudaError_t e = cudaEventRecord(ev, cudaStreamLegacy); e != cudaSuccess) {
+    return cuda_error(e, "cudaEventRecord(legacy default stream)");
+  }
+  const cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(handle_), ev, 0);
+  return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaStreamWaitEvent");
 }
 
 Status Stream::synchronize() const {
@@ -444,11 +463,16 @@ Result<Stream> Stream::create() {
 }
 Stream& Stream::operator=(Stream&& o) noexcept {
   handle_ = o.handle_;
+  event_ = o.event_;
   o.handle_ = nullptr;
+  o.event_ = nullptr;
   return *this;
 }
 Stream::~Stream() = default;
 Status Stream::synchronize() const {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+Status Stream::after_legacy_default() const {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
 Status copy_async(void*, const void*, size_t, void*) {

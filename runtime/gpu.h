@@ -130,7 +130,10 @@ class Stream {
  public:
   // kUnavailable without a GPU (or a CUDA build).
   static Result<Stream> create();
-  Stream(Stream&& o) noexcept : handle_(o.handle_) { o.handle_ = nullptr; }
+  Stream(Stream&& o) noexcept : handle_(o.handle_), event_(o.event_) {
+    o.handle_ = nullptr;
+    o.event_ = nullptr;
+  }
   Stream& operator=(Stream&& o) noexcept;
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -139,10 +142,16 @@ class Stream {
   void* handle() const { return handle_; }
   // Waits for everything enqueued so far.
   Status synchronize() const;
+  // Orders the work enqueued on this stream from now on after the work enqueued so far on the
+  // legacy default stream (an event recorded there, waited for here; the host does not wait).
+  // This stream is non-blocking: without it a copy of the caller's buffer could read it before
+  // the kernel or the pageable cudaMemcpy that writes it has finished.
+  Status after_legacy_default() const;
 
  private:
-  explicit Stream(void* handle) : handle_(handle) {}
+  Stream(void* handle, void* event) : handle_(handle), event_(event) {}
   void* handle_ = nullptr;
+  void* event_ = nullptr;  // a cudaEvent_t for after_legacy_default()
 };
 
 // Enqueues cudaMemcpyAsync in whichever direction the pointers say on `stream` (a cudaStream_t);
