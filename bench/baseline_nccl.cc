@@ -89,7 +89,8 @@ Result<Baseline> make_nccl_baseline(Communicator& comm) {
   if (!gpu::available()) {
     return Status(StatusCode::kUnavailable, "--compare nccl: no GPU here");
   }
-  EC_ASSIGN_OR_RETURN(gpu::Stream stream, gpu::Stream::create());
+  EC_ASSIGN_OR_RETURN(const int device, gpu::current_device());
+  EC_ASSIGN_OR_RETURN(gpu::Stream stream, gpu::Stream::create(device));
   auto state = std::make_shared<NcclState>(std::move(stream));
   EC_ASSIGN_OR_RETURN(ncclUniqueId id, share_unique_id(comm));
   if (ncclResult_t r = ncclCommInitRank(&state->comm, comm.size(), id, comm.rank());

@@ -140,35 +140,50 @@ void ec_comm_free(ec_comm* comm) {
   });
 }
 
-ec_status ec_allreduce(ec_comm* comm, const void* send, void* recv, size_t count, ec_dtype dtype,
-                       ec_op op, int64_t timeout_ms) {
+ec_status ec_allreduce_on_stream(ec_comm* comm, const void* send, void* recv, size_t count,
+                                 ec_dtype dtype, ec_op op, void* cuda_stream, int64_t timeout_ms) {
   return guarded("ec_allreduce", [&]() -> Status {
     EC_ASSIGN_OR_RETURN(Communicator * c, comm_of(comm));
     EC_ASSIGN_OR_RETURN(DataType type, to_dtype(dtype));
     EC_ASSIGN_OR_RETURN(ReduceOp redop, to_op(op));
     EC_ASSIGN_OR_RETURN(std::chrono::nanoseconds timeout, to_timeout(timeout_ms));
-    return c->allreduce(send, recv, count, type, redop, timeout);
+    return c->allreduce(send, recv, count, type, redop, CudaStream{cuda_stream}, timeout);
+  });
+}
+
+ec_status ec_allreduce(ec_comm* comm, const void* send, void* recv, size_t count, ec_dtype dtype,
+                       ec_op op, int64_t timeout_ms) {
+  return ec_allreduce_on_stream(comm, send, recv, count, dtype, op, nullptr, timeout_ms);
+}
+
+ec_status ec_broadcast_on_stream(ec_comm* comm, void* buf, size_t count, ec_dtype dtype, int root,
+                                 void* cuda_stream, int64_t timeout_ms) {
+  return guarded("ec_broadcast", [&]() -> Status {
+    EC_ASSIGN_OR_RETURN(Communicator * c, comm_of(comm));
+    EC_ASSIGN_OR_RETURN(DataType type, to_dtype(dtype));
+    EC_ASSIGN_OR_RETURN(std::chrono::nanoseconds timeout, to_timeout(timeout_ms));
+    return c->broadcast(buf, count, type, root, CudaStream{cuda_stream}, timeout);
   });
 }
 
 ec_status ec_broadcast(ec_comm* comm, void* buf, size_t count, ec_dtype dtype, int root,
                        int64_t timeout_ms) {
-  return guarded("ec_broadcast", [&]() -> Status {
+  return ec_broadcast_on_stream(comm, buf, count, dtype, root, nullptr, timeout_ms);
+}
+
+ec_status ec_allgather_on_stream(ec_comm* comm, const void* send, void* recv, size_t count,
+                                 ec_dtype dtype, void* cuda_stream, int64_t timeout_ms) {
+  return guarded("ec_allgather", [&]() -> Status {
     EC_ASSIGN_OR_RETURN(Communicator * c, comm_of(comm));
     EC_ASSIGN_OR_RETURN(DataType type, to_dtype(dtype));
     EC_ASSIGN_OR_RETURN(std::chrono::nanoseconds timeout, to_timeout(timeout_ms));
-    return c->broadcast(buf, count, type, root, timeout);
+    return c->allgather(send, recv, count, type, CudaStream{cuda_stream}, timeout);
   });
 }
 
 ec_status ec_allgather(ec_comm* comm, const void* send, void* recv, size_t count, ec_dtype dtype,
                        int64_t timeout_ms) {
-  return guarded("ec_allgather", [&]() -> Status {
-    EC_ASSIGN_OR_RETURN(Communicator * c, comm_of(comm));
-    EC_ASSIGN_OR_RETURN(DataType type, to_dtype(dtype));
-    EC_ASSIGN_OR_RETURN(std::chrono::nanoseconds timeout, to_timeout(timeout_ms));
-    return c->allgather(send, recv, count, type, timeout);
-  });
+  return ec_allgather_on_stream(comm, send, recv, count, dtype, nullptr, timeout_ms);
 }
 
 ec_status ec_barrier(ec_comm* comm, int64_t timeout_ms) {

@@ -112,12 +112,17 @@ ec_status ec_partial_create(ec_comm* comm, size_t count, ec_dtype dtype,
   });
 }
 
-ec_status ec_partial_post(ec_partial* pa, const void* gradient, size_t count, ec_dtype dtype) {
+ec_status ec_partial_post_on_stream(ec_partial* pa, const void* gradient, size_t count,
+                                    ec_dtype dtype, void* cuda_stream) {
   return guarded("ec_partial_post", [&]() -> Status {
     EC_ASSIGN_OR_RETURN(PartialAllreduce * p, partial_of(pa));
     EC_ASSIGN_OR_RETURN(DataType type, to_dtype(dtype));
-    return p->post(gradient, count, type);
+    return p->post(gradient, count, type, CudaStream{cuda_stream});
   });
+}
+
+ec_status ec_partial_post(ec_partial* pa, const void* gradient, size_t count, ec_dtype dtype) {
+  return ec_partial_post_on_stream(pa, gradient, count, dtype, nullptr);
 }
 
 ec_status ec_partial_poll(ec_partial* pa, void* result, size_t count, ec_round_info* info) {

@@ -163,6 +163,23 @@ EC_API ec_status ec_allgather(ec_comm* comm, const void* send, void* recv, size_
 
 EC_API ec_status ec_barrier(ec_comm* comm, int64_t timeout_ms);
 
+/* ---- CUDA device buffers ----
+ *
+ * Any buffer of ec_allreduce, ec_broadcast, ec_allgather and ec_partial_post may be CUDA device
+ * memory (detected per call; refused with EC_UNAVAILABLE where this process cannot use CUDA).
+ * The _on_stream forms take the cudaStream_t the call is ordered on, as NCCL does: the call
+ * reads its device inputs after the work enqueued on `cuda_stream` before it, and its results
+ * are complete when it returns. NULL, and the forms without a stream, mean the legacy default
+ * stream (which does not wait for the application's non-blocking streams). `cuda_stream` is
+ * ignored when every buffer is host memory. */
+EC_API ec_status ec_allreduce_on_stream(ec_comm* comm, const void* send, void* recv, size_t count,
+                                        ec_dtype dtype, ec_op op, void* cuda_stream,
+                                        int64_t timeout_ms);
+EC_API ec_status ec_broadcast_on_stream(ec_comm* comm, void* buf, size_t count, ec_dtype dtype,
+                                        int root, void* cuda_stream, int64_t timeout_ms);
+EC_API ec_status ec_allgather_on_stream(ec_comm* comm, const void* send, void* recv, size_t count,
+                                        ec_dtype dtype, void* cuda_stream, int64_t timeout_ms);
+
 /* ---- partial allreduce (collectives/partial_allreduce.h explains rounds, modes, late
  * posts, back-pressure and flush) ---- */
 
@@ -205,6 +222,10 @@ EC_API ec_status ec_partial_create(ec_comm* comm, size_t count, ec_dtype dtype,
  * Never waits for other ranks. */
 EC_API ec_status ec_partial_post(ec_partial* pa, const void* gradient, size_t count,
                                  ec_dtype dtype);
+/* As ec_partial_post, a device `gradient` read after the work enqueued on `cuda_stream` (see
+ * "CUDA device buffers" above). */
+EC_API ec_status ec_partial_post_on_stream(ec_partial* pa, const void* gradient, size_t count,
+                                           ec_dtype dtype, void* cuda_stream);
 
 /* The next completed round: its sum copied into `result` (count elements, as created) and its
  * description into *info (may be NULL). EC_IN_PROGRESS when no round has completed yet (result

@@ -259,9 +259,14 @@ OpSignature allreduce_signature(const detail::CommCore& core, const void* send, 
 
 Result<Request> Communicator::allreduce_async(const void* send, void* recv, size_t count,
                                               DataType type, ReduceOp op) {
+  return allreduce_async(send, recv, count, type, op, CudaStream{});
+}
+
+Result<Request> Communicator::allreduce_async(const void* send, void* recv, size_t count,
+                                              DataType type, ReduceOp op, CudaStream stream) {
   EC_ASSIGN_OR_RETURN(detail::DevicePath path, device_route("allreduce", send, recv, type, op));
   if (path == detail::DevicePath::kStaged) {
-    return completed_request(allreduce(send, recv, count, type, op, kConfiguredTimeout));
+    return completed_request(allreduce(send, recv, count, type, op, stream, kConfiguredTimeout));
   }
   Status precheck;
   const OpSignature sig = allreduce_signature(*core_, send, recv, count, type, op, &precheck);
@@ -272,12 +277,19 @@ Result<Request> Communicator::allreduce_async(const void* send, void* recv, size
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
                                ReduceOp op, std::chrono::nanoseconds timeout) {
+  return allreduce(send, recv, count, type, op, CudaStream{}, timeout);
+}
+
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
+                               ReduceOp op, CudaStream stream, std::chrono::nanoseconds timeout) {
   EC_ASSIGN_OR_RETURN(detail::DevicePath path, device_route("allreduce", send, recv, type, op));
   if (path == detail::DevicePath::kStaged) {
     if (core_->destroyed()) return core_->closed_status();
-    EC_ASSIGN_OR_RETURN(detail::DeviceStaging * staging, device_staging());
     detail::StagingHost host(*this, timeout);
-    return staging->allreduce(host, send, recv, count, type, op);
+    Result<detail::DeviceStaging*> staging = device_staging(send, recv);
+    // A failure here is this rank's before the call: the peers' calls fail with it too.
+    if (!staging.ok()) return host.allgather(nullptr, nullptr, count, type, staging.status());
+    return (*staging)->allreduce(host, send, recv, count, type, op, stream.handle);
   }
   Status precheck;
   const OpSignature sig = allreduce_signature(*core_, send, recv, count, type, op, &precheck);
@@ -306,10 +318,15 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DataT
 }
 
 Result<Request> Communicator::broadcast_async(void* buf, size_t count, DataType type, int root) {
+  return broadcast_async(buf, count, type, root, CudaStream{});
+}
+
+Result<Request> Communicator::broadcast_async(void* buf, size_t count, DataType type, int root,
+                                              CudaStream stream) {
   EC_ASSIGN_OR_RETURN(detail::DevicePath path,
                       device_route("broadcast", buf, buf, type, std::nullopt));
   if (path == detail::DevicePath::kStaged) {
-    return completed_request(broadcast(buf, count, type, root, kConfiguredTimeout));
+    return completed_request(broadcast(buf, count, type, root, stream, kConfiguredTimeout));
   }
   return submit(make_broadcast_op(buf, count, type, root));
 }
@@ -344,13 +361,19 @@ std::shared_ptr<detail::Op> Communicator::make_broadcast_op(void* buf, size_t co
 
 Status Communicator::broadcast(void* buf, size_t count, DataType type, int root,
                                std::chrono::nanoseconds timeout) {
+  return broadcast(buf, count, type, root, CudaStream{}, timeout);
+}
+
+Status Communicator::broadcast(void* buf, size_t count, DataType type, int root, CudaStream stream,
+                               std::chrono::nanoseconds timeout) {
   EC_ASSIGN_OR_RETURN(detail::DevicePath path,
                       device_route("broadcast", buf, buf, type, std::nullopt));
   if (path == detail::DevicePath::kStaged) {
     if (core_->destroyed()) return core_->closed_status();
-    EC_ASSIGN_OR_RETURN(detail::DeviceStaging * staging, device_staging());
     detail::StagingHost host(*this, timeout);
-    return staging->broadcast(host, buf, count, type, root);
+    Result<detail::DeviceStaging*> staging = device_staging(buf, buf);
+    if (!staging.ok()) return host.broadcast(nullptr, count, type, root, staging.status());
+    return (*staging)->broadcast(host, buf, count, type, root, stream.handle);
   }
   EC_ASSIGN_OR_RETURN(Request req, submit(make_broadcast_op(buf, count, type, root)));
   return finish_blocking(req, timeout);
@@ -358,10 +381,15 @@ Status Communicator::broadcast(void* buf, size_t count, DataType type, int root,
 
 Result<Request> Communicator::allgather_async(const void* send, void* recv, size_t count,
                                               DataType type) {
+  return allgather_async(send, recv, count, type, CudaStream{});
+}
+
+Result<Request> Communicator::allgather_async(const void* send, void* recv, size_t count,
+                                              DataType type, CudaStream stream) {
   EC_ASSIGN_OR_RETURN(detail::DevicePath path,
                       device_route("allgather", send, recv, type, std::nullopt));
   if (path == detail::DevicePath::kStaged) {
-    return completed_request(allgather(send, recv, count, type, kConfiguredTimeout));
+    return completed_request(allgather(send, recv, count, type, stream, kConfiguredTimeout));
   }
   return submit(make_allgather_op(send, recv, count, type));
 }
@@ -399,13 +427,19 @@ std::shared_ptr<detail::Op> Communicator::make_allgather_op(const void* send, vo
 
 Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type,
                                std::chrono::nanoseconds timeout) {
+  return allgather(send, recv, count, type, CudaStream{}, timeout);
+}
+
+Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type,
+                               CudaStream stream, std::chrono::nanoseconds timeout) {
   EC_ASSIGN_OR_RETURN(detail::DevicePath path,
                       device_route("allgather", send, recv, type, std::nullopt));
   if (path == detail::DevicePath::kStaged) {
     if (core_->destroyed()) return core_->closed_status();
-    EC_ASSIGN_OR_RETURN(detail::DeviceStaging * staging, device_staging());
     detail::StagingHost host(*this, timeout);
-    return staging->allgather(host, send, recv, count, type);
+    Result<detail::DeviceStaging*> staging = device_staging(send, recv);
+    if (!staging.ok()) return host.allgather(nullptr, nullptr, count, type, staging.status());
+    return (*staging)->allgather(host, send, recv, count, type, stream.handle);
   }
   EC_ASSIGN_OR_RETURN(Request req, submit(make_allgather_op(send, recv, count, type)));
   return finish_blocking(req, timeout);
@@ -437,10 +471,15 @@ Status Communicator::finish_blocking(Request& req, std::chrono::nanoseconds time
   return core_->abandon(*req.op_, timeout);
 }
 
-Result<detail::DeviceStaging*> Communicator::device_staging() {
+Result<detail::DeviceStaging*> Communicator::device_staging(const void* send, const void* recv) {
   std::lock_guard<std::mutex> lock(device_mu_);
   if (!device_) {
-    EC_ASSIGN_OR_RETURN(device_, detail::DeviceStaging::create());
+    // On the device of the first device buffer (not the caller's current device, which may be
+    // another); DeviceStaging checks every later call's buffers against it.
+    Result<int> device = gpu::device_of(send);
+    if (!device.ok()) device = gpu::device_of(recv);
+    EC_RETURN_IF_ERROR(device.status());
+    EC_ASSIGN_OR_RETURN(device_, detail::DeviceStaging::create(*device));
   }
   return device_.get();
 }

@@ -45,6 +45,7 @@
 
 #include "collectives/dtype.h"
 #include "runtime/config.h"
+#include "runtime/memory.h"
 #include "runtime/status.h"
 #include "runtime/store.h"
 
@@ -140,29 +141,44 @@ class Communicator {
   // `count` elements; any count, including 0.
   //
   // CUDA device buffers (allreduce, broadcast, allgather; docs/RDMA_AND_GPU.md, "GPU buffers in
-  // collectives"): any buffer may be device memory of the current device, detected per call
-  // when the process has a GPU. Such calls are staged through pinned host memory and reduced by
-  // CUDA kernels on a stream of this communicator; the _async forms run them to the end before
-  // returning (the Request is already complete). Every rank must pass device memory to a given
-  // allreduce or none may (else it fails with kMismatch); broadcast and allgather mix freely.
-  // Stream order: a call reads and writes device buffers after all work enqueued on the legacy
-  // default stream before it (kernels, pageable cudaMemcpy), and the results are complete when
-  // it returns. Work on the application's own non-blocking streams is not waited for: finish
-  // it (or make the legacy default stream wait for it) first. A device buffer where this
-  // process cannot use CUDA is refused (kUnavailable), never read as host memory.
+  // collectives"): any buffer may be device memory, detected per call when the process has a
+  // GPU; all of one call's device buffers on one device, the same device in every call of this
+  // communicator (else kInvalidArgument). Such calls are staged through pinned host memory and
+  // reduced by CUDA kernels on a stream of this communicator; the _async forms run them to the
+  // end before returning (the Request is already complete). Every rank must pass device memory
+  // to a given allreduce or none may (else it fails with kMismatch); broadcast and allgather mix
+  // freely. A device buffer where this process cannot use CUDA is refused (kUnavailable), never
+  // read as host memory.
+  // Stream order (the forms with a CudaStream, as in NCCL): the call reads and writes device
+  // buffers after all the work enqueued on `stream` before it (the kernel that computed the
+  // gradient, a cudaMemcpyAsync), and its results are complete when it returns: later work on
+  // any stream sees them. The forms without one use the legacy default stream, which orders the
+  // call after work on blocking streams but not after the application's non-blocking streams.
+  Result<Request> allreduce_async(const void* send, void* recv, size_t count, DataType type,
+                                  ReduceOp op, CudaStream stream);
   Result<Request> allreduce_async(const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op);
+  Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                   CudaStream stream, std::chrono::nanoseconds timeout = kConfiguredTimeout);
   Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                    std::chrono::nanoseconds timeout = kConfiguredTimeout);
 
   // buf on every rank = buf on `root`.
+  Result<Request> broadcast_async(void* buf, size_t count, DataType type, int root,
+                                  CudaStream stream);
   Result<Request> broadcast_async(void* buf, size_t count, DataType type, int root);
+  Status broadcast(void* buf, size_t count, DataType type, int root, CudaStream stream,
+                   std::chrono::nanoseconds timeout = kConfiguredTimeout);
   Status broadcast(void* buf, size_t count, DataType type, int root,
                    std::chrono::nanoseconds timeout = kConfiguredTimeout);
 
   // recv (size * count elements) = the concatenation of every rank's send (count elements),
   // in rank order. send == recv + rank * count (in bytes of type) is in place.
+  Result<Request> allgather_async(const void* send, void* recv, size_t count, DataType type,
+                                  CudaStream stream);
   Result<Request> allgather_async(const void* send, void* recv, size_t count, DataType type);
+  Status allgather(const void* send, void* recv, size_t count, DataType type, CudaStream stream,
+                   std::chrono::nanoseconds timeout = kConfiguredTimeout);
   Status allgather(const void* send, void* recv, size_t count, DataType type,
                    std::chrono::nanoseconds timeout = kConfiguredTimeout);
 
@@ -209,7 +225,8 @@ class Communicator {
 
   // GPU buffers: the staging object, made on the first device buffer (never in host-only
   // programs), and the builders of the host collectives it runs.
-  Result<detail::DeviceStaging*> device_staging();
+  // On the device of the first device buffer among send and recv.
+  Result<detail::DeviceStaging*> device_staging(const void* send, const void* recv);
   std::shared_ptr<detail::Op> make_broadcast_op(void* buf, size_t count, DataType type, int root);
   std::shared_ptr<detail::Op> make_allgather_op(const void* send, void* recv, size_t count,
                                                 DataType type);

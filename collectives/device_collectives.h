@@ -40,28 +40,39 @@ class HostCollectives {
 
 class DeviceStaging {
  public:
-  // The stream; the buffers come on first use. kUnavailable without a GPU.
-  static Result<std::unique_ptr<DeviceStaging>> create();
+  // The stream, on `device`; the buffers come on first use. kUnavailable without a GPU.
+  static Result<std::unique_ptr<DeviceStaging>> create(int device);
 
-  // Any of the buffers may be device or host memory (cudaMemcpyDefault copies either way).
-  // Calls are serialised: the staging buffers are shared.
+  // Any of the buffers may be device or host memory (cudaMemcpyDefault copies either way); the
+  // device ones must be memory of this object's device (else the call fails on every rank with
+  // kInvalidArgument naming both devices). `user_stream` (a cudaStream_t; null: the legacy
+  // default stream) is the caller's: the buffers are read after the work enqueued there before
+  // the call. Everything runs with this object's device current, the caller's restored after.
+  // Every call returns with nothing of its own in flight, failed or not: results complete, and
+  // no copy or kernel left reading or writing the caller's buffers. Calls are serialised: the
+  // staging buffers are shared.
   Status allreduce(HostCollectives& host, const void* send, void* recv, size_t count, DataType type,
-                   ReduceOp op);
-  Status broadcast(HostCollectives& host, void* buf, size_t count, DataType type, int root);
-  Status allgather(HostCollectives& host, const void* send, void* recv, size_t count,
-                   DataType type);
+                   ReduceOp op, void* user_stream);
+  Status broadcast(HostCollectives& host, void* buf, size_t count, DataType type, int root,
+                   void* user_stream);
+  Status allgather(HostCollectives& host, const void* send, void* recv, size_t count, DataType type,
+                   void* user_stream);
 
  private:
   explicit DeviceStaging(gpu::Stream stream) : stream_(std::move(stream)) {}
+  // Ok when every device buffer among `a` and `b` is memory of this object's device.
+  Status check_device(const char* what, const void* a, const void* b) const;
   // Grows (see staging_capacity) and returns the buffer's memory, null for 0 bytes.
   Result<void*> pinned(gpu::PinnedBuffer& buf, size_t bytes);
   Result<void*> device(gpu::DeviceBuffer& buf, size_t bytes);
-  // Copies on the stream and waits for it.
-  Status copy_sync(void* dst, const void* src, size_t bytes);
+  // Copies on the stream, after the work on `user_stream`, and waits for it.
+  Status copy_sync(void* dst, const void* src, size_t bytes, void* user_stream);
   // Copies `send` (count elements) into pinned memory and allgathers every rank's copy; a local
-  // failure before that fails the allgather on every rank. The gathered blocks, `*bytes` each.
+  // failure before that (`local`, or one of its own) fails the allgather on every rank. The
+  // gathered blocks, `*bytes` each.
   Result<void*> gather_staged(HostCollectives& host, const char* what, const void* send,
-                              size_t count, DataType type, size_t* bytes);
+                              size_t count, DataType type, void* user_stream, Status local,
+                              size_t* bytes);
 
   std::mutex mu_;
   gpu::Stream stream_;

@@ -88,7 +88,9 @@ void RoundResult::release() {
   data_ = nullptr;
 }
 
-Status RoundResult::copy_to(void* dst) const {
+Status RoundResult::copy_to(void* dst) const { return copy_to(dst, CudaStream{}); }
+
+Status RoundResult::copy_to(void* dst, CudaStream stream) const {
   const size_t bytes = count_ * dtype_size(type_);
   if (bytes == 0) return Status::Ok();
   if (dst == nullptr) return Status(StatusCode::kInvalidArgument, "RoundResult::copy_to(null)");
@@ -97,7 +99,7 @@ Status RoundResult::copy_to(void* dst) const {
   }
   if (gpu::detected_kind(dst) == MemoryKind::kCuda) {
     EC_RETURN_IF_ERROR(gpu::check_usable("RoundResult::copy_to"));
-    return gpu::copy_and_wait(dst, data_, bytes);
+    return gpu::copy_and_wait(dst, data_, bytes, stream.handle);
   }
   std::memcpy(dst, data_, bytes);
   return Status::Ok();
@@ -390,6 +392,11 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
 // ---- posting ----
 
 Status PartialAllreduce::post(const void* gradient, size_t count, DataType type) {
+  return post(gradient, count, type, CudaStream{});
+}
+
+Status PartialAllreduce::post(const void* gradient, size_t count, DataType type,
+                              CudaStream stream) {
   PartialShared& s = *shared_;
   if (s.closed.load(std::memory_order_acquire)) {
     return Status(StatusCode::kAborted, "partial allreduce: post() after destroy()");
@@ -438,7 +445,7 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
   if (count > 0 && gpu::detected_kind(gradient) == MemoryKind::kCuda) {
     EC_RETURN_IF_ERROR(gpu::check_usable("partial allreduce post"));
     device_stage_.resize(s.bytes);
-    EC_RETURN_IF_ERROR(gpu::copy_and_wait(device_stage_.data(), gradient, s.bytes));
+    EC_RETURN_IF_ERROR(gpu::copy_and_wait(device_stage_.data(), gradient, s.bytes, stream.handle));
     gradient = device_stage_.data();
   }
 

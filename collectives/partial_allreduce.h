@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "collectives/dtype.h"
+#include "runtime/memory.h"
 #include "runtime/status.h"
 
 namespace eagercomm {
@@ -150,7 +151,10 @@ class RoundResult {
     return {static_cast<const T*>(data_), count_};
   }
   // Copies the result (count() elements) to `dst`, CUDA device memory or host memory: results
-  // stay in host memory, this is how a rank training on a GPU applies them.
+  // stay in host memory, this is how a rank training on a GPU applies them. A device `dst` is
+  // written after the work enqueued on `stream` before the call (CudaStream, runtime/memory.h;
+  // the form without one: the legacy default stream), and is complete when it returns.
+  Status copy_to(void* dst, CudaStream stream) const;
   Status copy_to(void* dst) const;
 
  private:
@@ -193,9 +197,12 @@ class PartialAllreduce {
 
   // Adds `gradient` (count elements of type, as created) into this rank's open contribution.
   // Never waits for other ranks. `gradient` may be CUDA device memory: it is copied to host
-  // memory first (the work that wrote it must be finished: the copy waits for the legacy
-  // default stream, not for the application's own streams); results stay in host memory
+  // memory first, after the work enqueued on `stream` before the call (CudaStream,
+  // runtime/memory.h: the kernel that computed the gradient; the form without one: the legacy
+  // default stream, which does not wait for the application's non-blocking streams), and the
+  // buffer is free to reuse when post() returns; results stay in host memory
   // (RoundResult::copy_to).
+  Status post(const void* gradient, size_t count, DataType type, CudaStream stream);
   Status post(const void* gradient, size_t count, DataType type);
 
   // The next round's result if it is complete (nullopt if not yet); the stream's error once

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 #endif
 
 namespace eagercomm::gpu {
@@ -121,14 +122,92 @@ Status synchronize() {
   return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaDeviceSynchronize");
 }
 
-Status copy_and_wait(void* dst, const void* src, size_t bytes) {
-  if (const cudaError_t e =
-          cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread);
+Status copy_and_wait(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return Status::Ok();
+  // The device whose memory is involved (dst's first): its legacy default stream is the one a
+  // null `stream` means, and a caller's stream must be used with its device current.
+  Result<int> device = device_of(dst);
+  if (!device.ok()) device = device_of(src);
+  std::optional<DeviceScope> scope;
+  if (device.ok()) {
+    EC_ASSIGN_OR_RETURN(DeviceScope entered, DeviceScope::enter(*device));
+    scope.emplace(std::move(entered));
+  }
+  const auto s = stream != nullptr ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy;
+  if (const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
       e != cudaSuccess) {
     return cuda_error(e, "cudaMemcpyAsync");
   }
-  const cudaError_t e = cudaStreamSynchronize(cudaStreamPerThread);
+  const cudaError_t e = cudaStreamSynchronize(s);
   return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaStreamSynchronize");
+}
+
+namespace {
+
+// A driver entry point reached through the runtime (nothing links libcuda); null when absent.
+void* driver_entry(const char* name, int version) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+  const cudaError_t e =
+      cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found);
+#else
+  (void)version;
+  const cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
+#endif
+  if (e != cudaSuccess) cudaGetLastError();
+  return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? fn : nullptr;
+}
+
+struct ContextApi {
+  PFN_cuCtxGetCurrent_v4000 get = nullptr;
+  PFN_cuCtxSetCurrent_v4000 set = nullptr;
+};
+
+const ContextApi& context_api() {
+  static const ContextApi api = [] {
+    ContextApi a;
+    a.get = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(driver_entry("cuCtxGetCurrent", 4000));
+    a.set = reinterpret_cast<PFN_cuCtxSetCurrent_v4000>(driver_entry("cuCtxSetCurrent", 4000));
+    return a;
+  }();
+  return api;
+}
+
+}  // namespace
+
+Result<DeviceScope> DeviceScope::enter(int device) {
+  int previous = 0;
+  if (const cudaError_t e = cudaGetDevice(&previous); e != cudaSuccess) {
+    return cuda_error(e, "cudaGetDevice");
+  }
+  const ContextApi& api = context_api();
+  CUcontext context = nullptr;
+  if (api.get != nullptr && api.get(&context) != CUDA_SUCCESS) context = nullptr;
+  // With a context current on `device` already there is nothing to do (without one, the
+  // runtime's "current device" is only a default that no context backs yet).
+  if (previous == device && context != nullptr) return DeviceScope(false, nullptr, -1);
+  if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    Status s = cuda_error(e, "cudaSetDevice");
+    if (e == cudaErrorInvalidDevice) {
+      return make_status(StatusCode::kInvalidArgument, "CUDA device %d: %s", device,
+                         s.message().c_str());
+    }
+    return s;
+  }
+  return DeviceScope(true, context, previous);
+}
+
+DeviceScope::~DeviceScope() {
+  if (!restore_) return;
+  const ContextApi& api = context_api();
+  if (api.set != nullptr) {
+    // The runtime follows the thread's current context: restoring it restores the device the
+    // application was using, and restoring "none" creates nothing.
+    api.set(static_cast<CUcontext>(context_));
+  } else if (context_ != nullptr) {
+    cudaSetDevice(device_);  // that device's context exists: it was current
+  }
 }
 
 bool available() {
@@ -149,7 +228,8 @@ bool available() {
   return any;
 }
 
-Result<Stream> Stream::create() {
+Result<Stream> Stream::create(int device) {
+  EC_ASSIGN_OR_RETURN(DeviceScope scope, DeviceScope::enter(device));
   cudaStream_t s = nullptr;
   if (const cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
       e != cudaSuccess) {
@@ -161,7 +241,7 @@ Result<Stream> Stream::create() {
     cudaStreamDestroy(s);
     return cuda_error(e, "cudaEventCreateWithFlags");
   }
-  return Stream(s, ev);
+  return Stream(s, ev, device);
 }
 
 Stream& Stream::operator=(Stream&& o) noexcept {
@@ -170,6 +250,7 @@ Stream& Stream::operator=(Stream&& o) noexcept {
     if (handle_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(handle_));
     handle_ = o.handle_;
     event_ = o.event_;
+    device_ = o.device_;
     o.handle_ = nullptr;
     o.event_ = nullptr;
   }
@@ -181,10 +262,12 @@ Stream::~Stream() {
   if (handle_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(handle_));
 }
 
-Status Stream::after_legacy_default() const {
+Status Stream::wait_for(void* other) const {
   const auto ev = static_cast<cudaEvent_t>(event_);
-  if (const cudaError_t e = cudaEventRecord(ev, cudaStreamLegacy); e != cudaSuccess) {
-    return cuda_error(e, "cudaEventRecord(legacy default stream)");
+  const auto s = other != nullptr ? static_cast<cudaStream_t>(other) : cudaStreamLegacy;
+  if (const cudaError_t e = cudaEventRecord(ev, s); e != cudaSuccess) {
+    return cuda_error(e, other != nullptr ? "cudaEventRecord(the caller's stream)"
+                                          : "cudaEventRecord(legacy default stream)");
   }
   const cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(handle_), ev, 0);
   return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaStreamWaitEvent");
@@ -203,13 +286,19 @@ Status copy_async(void* dst, const void* src, size_t bytes, void* stream) {
 }
 
 Status zero(void* p, size_t bytes) {
-  const cudaError_t e = cudaMemset(p, 0, bytes);
-  return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaMemset");
+  if (bytes == 0) return Status::Ok();
+  // On this thread's per-thread default stream, waited for alone: cudaDeviceSynchronize would
+  // wait for the application's streams too.
+  if (const cudaError_t e = cudaMemsetAsync(p, 0, bytes, cudaStreamPerThread); e != cudaSuccess) {
+    return cuda_error(e, "cudaMemsetAsync");
+  }
+  const cudaError_t e = cudaStreamSynchronize(cudaStreamPerThread);
+  return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaStreamSynchronize");
 }
 
 Result<PinnedBuffer> PinnedBuffer::allocate(size_t bytes) {
   void* p = nullptr;
-  if (const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault); e != cudaSuccess) {
+  if (const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable); e != cudaSuccess) {
     return cuda_error(e, "cudaHostAlloc");
   }
   return PinnedBuffer(p, bytes);
@@ -273,6 +362,14 @@ Result<int> device_of(const void* p) {
   return a.device;
 }
 
+Result<int> current_device() {
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+    return cuda_error(e, "cudaGetDevice");
+  }
+  return device;
+}
+
 Result<RdmaWriteCaps> rdma_write_caps(int device) {
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
@@ -298,19 +395,10 @@ Result<RdmaWriteCaps> rdma_write_caps(int device) {
 
 Status flush_rdma_writes(int device) {
   // The flush targets the current device: the owner of the memory, not the polling thread's
-  // (the progress thread's current device is GPU 0, and a call there would create a context).
-  int current = 0;
-  if (const cudaError_t e = cudaGetDevice(&current); e != cudaSuccess) {
-    return cuda_error(e, "cudaGetDevice");
-  }
-  if (current != device) {
-    if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
-      return cuda_error(e, "cudaSetDevice");
-    }
-  }
+  // (the progress thread has no context, and restoring one with cudaSetDevice would create it).
+  EC_ASSIGN_OR_RETURN(DeviceScope scope, DeviceScope::enter(device));
   const cudaError_t e = cudaDeviceFlushGPUDirectRDMAWrites(
       cudaFlushGPUDirectRDMAWritesTargetCurrentDevice, cudaFlushGPUDirectRDMAWritesToOwner);
-  if (current != device) cudaSetDevice(current);
   return e == cudaSuccess ? Status::Ok() : cuda_error(e, "cudaDeviceFlushGPUDirectRDMAWrites");
 }
 
@@ -411,7 +499,7 @@ Status copy(void*, const void*, size_t) {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
 Status synchronize() { return Status(StatusCode::kUnavailable, "this build has no CUDA"); }
-Status copy_and_wait(void*, const void*, size_t) {
+Status copy_and_wait(void*, const void*, size_t, void*) {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
 Result<AddressRange> address_range(const void*) {
@@ -434,6 +522,7 @@ Result<DmaBuf> export_dmabuf(const void*, size_t) {
 Result<int> device_of(const void*) {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
+Result<int> current_device() { return Status(StatusCode::kUnavailable, "this build has no CUDA"); }
 Result<RdmaWriteCaps> rdma_write_caps(int) {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
@@ -458,12 +547,17 @@ Inventory query() {
 }
 
 bool available() { return false; }
-Result<Stream> Stream::create() {
+Result<DeviceScope> DeviceScope::enter(int) {
+  return Status(StatusCode::kUnavailable, "this build has no CUDA");
+}
+DeviceScope::~DeviceScope() = default;
+Result<Stream> Stream::create(int) {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
 Stream& Stream::operator=(Stream&& o) noexcept {
   handle_ = o.handle_;
   event_ = o.event_;
+  device_ = o.device_;
   o.handle_ = nullptr;
   o.event_ = nullptr;
   return *this;
@@ -472,7 +566,7 @@ Stream::~Stream() = default;
 Status Stream::synchronize() const {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
-Status Stream::after_legacy_default() const {
+Status Stream::wait_for(void*) const {
   return Status(StatusCode::kUnavailable, "this build has no CUDA");
 }
 Status copy_async(void*, const void*, size_t, void*) {

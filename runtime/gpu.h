@@ -82,9 +82,11 @@ Status synchronize();
 // cudaMemcpy in whichever direction the pointers say, finished when it returns: the bytes are in
 // `dst` for every reader, another thread's or (through CUDA IPC) another process's, which plain
 // cudaMemcpy does not promise (a copy to device memory may still be in flight when it returns).
-// It runs on this thread's default stream and waits for that stream alone, so the work that
-// produced `src` must be finished first (work on the legacy default stream is waited for).
-Status copy_and_wait(void* dst, const void* src, size_t bytes);
+// The copy is enqueued on `stream` (a cudaStream_t; null: the legacy default stream), so it runs
+// after the work enqueued there before the call, and that stream is then waited for. It runs
+// with the device that owns the device-side pointer current (its legacy default stream, when
+// `stream` is null); the caller's current device is restored.
+Status copy_and_wait(void* dst, const void* src, size_t bytes, void* stream = nullptr);
 
 // The device allocation that holds `p` (the driver's cuMemGetAddressRange), for bounds checks of
 // registered ranges and of peers' allocations opened through CUDA IPC. kInvalidArgument when `p`
@@ -95,11 +97,43 @@ struct AddressRange {
 };
 Result<AddressRange> address_range(const void* p);
 
-// cudaMemset to zero (device memory).
+// Zeroes device memory, finished when it returns (plain cudaMemset is not: a peer's first write
+// into memory just published could be overwritten by it). Waits for this call's own work only,
+// not for the device's other streams.
 Status zero(void* p, size_t bytes);
 
-// Page-locked host memory (cudaHostAlloc), freed when the object goes: the staging buffers of
-// transports that cannot reach GPU memory directly. Move-only.
+// Makes `device` the calling thread's current CUDA device and restores the thread's previous
+// context when it goes: the calls made meanwhile (streams, copies, kernels, events) act on
+// `device`, whichever device the application had selected. The previous state is restored
+// through the driver's current context, not with cudaSetDevice: since CUDA 12 that creates the
+// primary context of the device it names, and a thread that had none current (the progress
+// thread, an application thread that never used CUDA) would otherwise get one on GPU 0 (~0.5 GB).
+// Nothing is changed when `device` is already current. Move-only.
+class DeviceScope {
+ public:
+  // kUnavailable without a GPU (or a CUDA build), kInvalidArgument for a device that does not
+  // exist.
+  static Result<DeviceScope> enter(int device);
+  DeviceScope(DeviceScope&& o) noexcept
+      : restore_(o.restore_), context_(o.context_), device_(o.device_) {
+    o.restore_ = false;
+  }
+  DeviceScope& operator=(DeviceScope&&) = delete;
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope();
+
+ private:
+  DeviceScope(bool restore, void* context, int device)
+      : restore_(restore), context_(context), device_(device) {}
+  bool restore_ = false;
+  void* context_ = nullptr;  // the CUcontext current before (null: none)
+  int device_ = -1;          // the runtime's current device before
+};
+
+// Page-locked host memory (cudaHostAlloc, portable: pinned for every device's copies), freed
+// when the object goes: the staging buffers of transports that cannot reach GPU memory directly.
+// Move-only.
 class PinnedBuffer {
  public:
   // kUnavailable without a GPU (or a CUDA build).
@@ -124,13 +158,14 @@ class PinnedBuffer {
 // CUDA. Host paths ask detected_kind() first and this only for a device buffer.
 bool available();
 
-// A CUDA stream (cudaStreamNonBlocking) of the current device, destroyed when the object goes:
-// work enqueued on it is ordered after nothing but itself. Move-only.
+// A CUDA stream (cudaStreamNonBlocking) of one device, destroyed when the object goes: work
+// enqueued on it is ordered after nothing but itself (wait_for() adds an order). Move-only.
 class Stream {
  public:
-  // kUnavailable without a GPU (or a CUDA build).
-  static Result<Stream> create();
-  Stream(Stream&& o) noexcept : handle_(o.handle_), event_(o.event_) {
+  // A stream of `device`; the caller's current device is left as it was. kUnavailable without a
+  // GPU (or a CUDA build), kInvalidArgument for a device that does not exist.
+  static Result<Stream> create(int device);
+  Stream(Stream&& o) noexcept : handle_(o.handle_), event_(o.event_), device_(o.device_) {
     o.handle_ = nullptr;
     o.event_ = nullptr;
   }
@@ -140,18 +175,22 @@ class Stream {
   ~Stream();
   // The cudaStream_t, as the kernels' launchers take it.
   void* handle() const { return handle_; }
+  // The device the stream belongs to: work on it runs with that device current (DeviceScope).
+  int device() const { return device_; }
   // Waits for everything enqueued so far.
   Status synchronize() const;
-  // Orders the work enqueued on this stream from now on after the work enqueued so far on the
-  // legacy default stream (an event recorded there, waited for here; the host does not wait).
-  // This stream is non-blocking: without it a copy of the caller's buffer could read it before
-  // the kernel or the pageable cudaMemcpy that writes it has finished.
-  Status after_legacy_default() const;
+  // Orders the work enqueued on this stream from now on after the work enqueued so far on
+  // `other` (a cudaStream_t of the same device; null: the legacy default stream): an event
+  // recorded there, waited for here; the host does not wait. This stream is non-blocking:
+  // without it a copy of the caller's buffer could read it before the kernel or the pageable
+  // cudaMemcpy that writes it has finished. Call it with this stream's device current.
+  Status wait_for(void* other) const;
 
  private:
-  Stream(void* handle, void* event) : handle_(handle), event_(event) {}
+  Stream(void* handle, void* event, int device) : handle_(handle), event_(event), device_(device) {}
   void* handle_ = nullptr;
-  void* event_ = nullptr;  // a cudaEvent_t for after_legacy_default()
+  void* event_ = nullptr;  // a cudaEvent_t for wait_for()
+  int device_ = 0;
 };
 
 // Enqueues cudaMemcpyAsync in whichever direction the pointers say on `stream` (a cudaStream_t);
@@ -171,6 +210,8 @@ Result<DmaBuf> export_dmabuf(const void* p, size_t bytes);
 
 // The device that owns device (or managed) memory `p`; kInvalidArgument for host memory.
 Result<int> device_of(const void* p);
+// The calling thread's current CUDA device (cudaGetDevice); kUnavailable without a GPU.
+Result<int> current_device();
 
 // What `device` offers for NIC writes into its memory (GPUDirect RDMA): the values of
 // cudaDevAttrGPUDirectRDMAWritesOrdering and cudaDevAttrGPUDirectRDMAFlushWritesOptions (0 where

@@ -17,4 +17,13 @@ inline std::string_view memory_kind_name(MemoryKind kind) {
   return kind == MemoryKind::kHost ? "host" : "cuda";
 }
 
+// The CUDA stream a call on device buffers is ordered on (NCCL's convention): the call reads its
+// inputs after the work enqueued on `handle` before the call, and its results are complete when
+// it returns (blocking forms) or when its request completes. `handle` is a cudaStream_t; null,
+// the default, is the legacy default stream of the buffers' device (pass cudaStreamPerThread
+// itself for that stream). Ignored when every buffer is host memory.
+struct CudaStream {
+  void* handle = nullptr;
+};
+
 }  // namespace eagercomm

@@ -95,7 +95,8 @@ static void check_allreduce(ec_comm* comm, int rank, int size) {
   MUST(ec_allreduce(comm, i32, i32_out, N, EC_INT32, EC_MIN, EC_TIMEOUT_INFINITE));
   MUST(ec_allreduce(comm, i64, i64, N, EC_INT64, EC_SUM, EC_TIMEOUT_DEFAULT));
   MUST(ec_allreduce(comm, f16, f16, N, EC_FLOAT16, EC_SUM, EC_TIMEOUT_DEFAULT));
-  MUST(ec_allreduce(comm, bf16, bf16, N, EC_BFLOAT16, EC_SUM, 60000));
+  /* The _on_stream form: the stream is ignored for host buffers (this handle is no stream). */
+  MUST(ec_allreduce_on_stream(comm, bf16, bf16, N, EC_BFLOAT16, EC_SUM, (void*)0x1234, 60000));
   int wrong[6] = {0};
   const int sum_ranks = size * (size - 1) / 2;
   for (int i = 0; i < N; ++i) {
@@ -125,7 +126,11 @@ static void check_broadcast_allgather_barrier(ec_comm* comm, int rank, int size)
   for (int root = 0; root < size; ++root) {
     int64_t buf[N];
     for (int i = 0; i < N; ++i) buf[i] = rank == root ? root * 100000 + i : -1;
-    MUST(ec_broadcast(comm, buf, N, EC_INT64, root, root % 2 ? 60000 : EC_TIMEOUT_DEFAULT));
+    if (root % 2) {
+      MUST(ec_broadcast_on_stream(comm, buf, N, EC_INT64, root, NULL, 60000));
+    } else {
+      MUST(ec_broadcast(comm, buf, N, EC_INT64, root, EC_TIMEOUT_DEFAULT));
+    }
     int wrong = 0;
     for (int i = 0; i < N; ++i) wrong += buf[i] != root * 100000 + i;
     if (wrong) fail("broadcast from %d: %d of %d elements wrong", root, wrong, N);
@@ -139,7 +144,7 @@ static void check_broadcast_allgather_barrier(ec_comm* comm, int rank, int size)
   if (wrong) fail("allgather: %d of %d elements wrong", wrong, N * size);
   /* In place: this rank's part already sits at its place in recv. */
   for (int i = 0; i < N * size; ++i) recv[i] = i / N == rank ? (float)(2 * i) : -1.0f;
-  MUST(ec_allgather(comm, recv + (size_t)rank * N, recv, N, EC_FLOAT32, 60000));
+  MUST(ec_allgather_on_stream(comm, recv + (size_t)rank * N, recv, N, EC_FLOAT32, NULL, 60000));
   wrong = 0;
   for (int i = 0; i < N * size; ++i) wrong += recv[i] != (float)(2 * i);
   if (wrong) fail("allgather in place: %d of %d elements wrong", wrong, N * size);
@@ -200,7 +205,11 @@ static void check_partial(ec_comm* comm, int rank, int size, ec_partial_mode mod
       const struct timespec ms2 = {0, 2000000};
       nanosleep(&ms2, NULL);
     }
-    MUST(ec_partial_post(pa, grad, PN, EC_FLOAT32));
+    if (step % 2) {
+      MUST(ec_partial_post_on_stream(pa, grad, PN, EC_FLOAT32, (void*)0x1234));
+    } else {
+      MUST(ec_partial_post(pa, grad, PN, EC_FLOAT32));
+    }
     int took = 0;
     for (;;) {
       ec_round_info info;

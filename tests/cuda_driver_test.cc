@@ -176,6 +176,11 @@ TEST(CudaDriverInProcess, HostCollectivesAskNothingAndDeviceBuffersAreRefused) {
           c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).ok());
     }
     EXPECT_EQ(v[0], 1024.0f);
+    // The forms with a stream: ignored for host buffers (this handle is no stream at all).
+    const CudaStream bogus{reinterpret_cast<void*>(uintptr_t{0x1234})};
+    ASSERT_TRUE(
+        c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum, bogus).ok());
+    EXPECT_EQ(v[0], 2048.0f);
   });
   EXPECT_EQ(fake.pointer_queries(), 0);
   EXPECT_EQ(fake.context_creations(), 0);
@@ -200,6 +205,13 @@ TEST(CudaDriverInProcess, HostCollectivesAskNothingAndDeviceBuffersAreRefused) {
     ASSERT_TRUE(pa.ok()) << pa.status().to_string();
     Status post = (*pa)->post(buf, 256, DataType::kFloat32);
     EXPECT_EQ(post.code(), StatusCode::kUnavailable) << post.to_string();
+    // The same through the forms with a stream (collectives, post).
+    const CudaStream stream{reinterpret_cast<void*>(uintptr_t{0x1234})};
+    EXPECT_EQ(c.allreduce(buf, buf, 256, DataType::kFloat32, ReduceOp::kSum, stream).code(),
+              StatusCode::kUnavailable);
+    EXPECT_EQ(c.broadcast(buf, 256, DataType::kFloat32, 0, stream).code(),
+              StatusCode::kUnavailable);
+    EXPECT_EQ((*pa)->post(buf, 256, DataType::kFloat32, stream).code(), StatusCode::kUnavailable);
     EXPECT_EQ((*pa)->stats().posts, 0u);
     EXPECT_TRUE(c.barrier().ok());  // both ranks posted before either object goes
   });

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -104,9 +105,37 @@ TEST(StagingCapacity, KeepsWhatFitsAndGrowsGeometrically) {
   EXPECT_GE(staging_capacity(SIZE_MAX / 2 + 10, SIZE_MAX - 3), SIZE_MAX - 3);
 }
 
+// A misaligned pointer in a kernel is a sticky error that ends the process's CUDA context: the
+// kernels' arguments are checked first, for every type's width.
+TEST(DeviceKernels, MisalignedBuffersAreRefusedBeforeAnyKernel) {
+  alignas(16) static uint8_t block[64];
+  for (DataType t : kTypes) {
+    const size_t width = dtype_size(t);
+    EXPECT_TRUE(cuda::check_alignment("allreduce", t, block).ok());
+    EXPECT_TRUE(cuda::check_alignment("allreduce", t, block + width).ok());
+    if (width == 1) continue;
+    const Status s = cuda::check_alignment("allreduce", t, block + 1);
+    ASSERT_FALSE(s.ok()) << dtype_name(t);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("allreduce"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(std::to_string(width) + "-byte"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(std::string(dtype_name(t))), std::string::npos) << s.message();
+  }
+  // 8-byte elements at a 4-byte boundary.
+  EXPECT_FALSE(cuda::check_alignment("x", DataType::kFloat64, block + 4).ok());
+  EXPECT_FALSE(cuda::check_alignment("x", DataType::kInt64, block + 4).ok());
+  EXPECT_TRUE(cuda::check_alignment("x", DataType::kFloat32, block + 4).ok());
+  // reduce() applies it (builds without CUDA say so first).
+  if (cuda::reduce_built()) {
+    const Status s =
+        cuda::reduce(DataType::kFloat32, ReduceOp::kSum, block + 2, block, block, 4, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  }
+}
+
 TEST(DeviceStaging, WithoutAGpuItCannotBeMadeAndHostCallsNeverNeedIt) {
   if (gpu::available()) GTEST_SKIP() << "a GPU is here";
-  auto staging = detail::DeviceStaging::create();
+  auto staging = detail::DeviceStaging::create(0);
   ASSERT_FALSE(staging.ok());
   EXPECT_EQ(staging.status().code(), StatusCode::kUnavailable) << staging.status().to_string();
   EXPECT_FALSE(detail::is_device_pointer(&staging));
@@ -138,6 +167,23 @@ TEST(DeviceCollectives, HostBuffersUnchanged) {
     int32_t b = c.rank() == 1 ? 42 : 0;
     ASSERT_TRUE(c.broadcast(&b, 1, DataType::kInt32, 1).ok());
     EXPECT_EQ(b, 42);
+    // The forms with a CUDA stream ignore it for host buffers (this handle is no stream): no
+    // CUDA call is made.
+    const CudaStream bogus{reinterpret_cast<void*>(uintptr_t{0x1234})};
+    ASSERT_TRUE(
+        c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum, bogus).ok());
+    EXPECT_EQ(v[999], 18.0f);
+    auto areq =
+        c.allreduce_async(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kMax, bogus);
+    ASSERT_TRUE(areq.ok());
+    ASSERT_TRUE(areq.value().wait().ok());
+    EXPECT_EQ(v[0], 18.0f);
+    int32_t b2 = c.rank() == 2 ? 7 : 0;
+    ASSERT_TRUE(c.broadcast(&b2, 1, DataType::kInt32, 2, bogus).ok());
+    EXPECT_EQ(b2, 7);
+    ASSERT_TRUE(c.allgather(mine.data(), g.data(), 4, DataType::kInt32, bogus).ok());
+    EXPECT_EQ(g[0], 0);
+    EXPECT_EQ(g[11], 2);
   });
 }
 
@@ -276,6 +322,95 @@ TEST(DeviceCollectives, PartialAllreducePostsADeviceGradient) {
       ASSERT_EQ(got[i], static_cast<float>(3 * (i % 17) + 3)) << i;
     }
     pa.value()->destroy();
+  });
+}
+
+// The stream argument orders the call after the caller's work: the input is written on a
+// non-blocking stream of the caller's, behind a copy long enough (hundreds of MiB) that a call
+// not ordered after that stream would read the old contents. The same for a partial post and
+// RoundResult::copy_to on the caller's stream.
+TEST(DeviceCollectives, CallsAreOrderedAfterTheCallersStream) {
+  REQUIRE_GPU();
+  constexpr size_t kCount = 1 << 16;
+  constexpr size_t kBusyBytes = size_t{256} << 20;
+  auto world = make_inproc_world(2);
+  ASSERT_TRUE(world.ok());
+  run_ranks(world.value(), [&](Communicator& c) {
+    auto device = gpu::current_device();
+    ASSERT_TRUE(device.ok()) << device.status().to_string();
+    auto user = gpu::Stream::create(*device);
+    ASSERT_TRUE(user.ok()) << user.status().to_string();
+    auto busy_src = gpu::PinnedBuffer::allocate(kBusyBytes);
+    auto busy_dst = gpu::DeviceBuffer::allocate(kBusyBytes);
+    ASSERT_TRUE(busy_src.ok() && busy_dst.ok());
+    const std::vector<float> fresh(kCount, static_cast<float>(c.rank() + 1));
+    const std::vector<uint8_t> zeros(kCount * 4, 0);
+    gpu::DeviceBuffer in = device_copy(zeros);
+    for (int trial = 0; trial < 3; ++trial) {
+      ASSERT_TRUE(gpu::copy(in.data(), zeros.data(), zeros.size()).ok());
+      void* s = user.value().handle();
+      ASSERT_TRUE(
+          gpu::copy_async(busy_dst.value().data(), busy_src.value().data(), kBusyBytes, s).ok());
+      ASSERT_TRUE(gpu::copy_async(in.data(), fresh.data(), kCount * 4, s).ok());
+      ASSERT_TRUE(c.allreduce(in.data(), in.data(), kCount, DataType::kFloat32, ReduceOp::kSum,
+                              CudaStream{s})
+                      .ok());
+      std::vector<float> got(kCount);
+      ASSERT_TRUE(gpu::copy(got.data(), in.data(), kCount * 4).ok());
+      ASSERT_EQ(got.front(), 3.0f) << "trial " << trial;
+      ASSERT_EQ(got.back(), 3.0f) << "trial " << trial;
+    }
+    auto pa = PartialAllreduce::create(c, kCount, DataType::kFloat32, PartialMode::sync());
+    ASSERT_TRUE(pa.ok()) << pa.status().to_string();
+    ASSERT_TRUE(gpu::copy(in.data(), zeros.data(), zeros.size()).ok());
+    void* s = user.value().handle();
+    ASSERT_TRUE(
+        gpu::copy_async(busy_dst.value().data(), busy_src.value().data(), kBusyBytes, s).ok());
+    ASSERT_TRUE(gpu::copy_async(in.data(), fresh.data(), kCount * 4, s).ok());
+    ASSERT_TRUE((*pa)->post(in.data(), kCount, DataType::kFloat32, CudaStream{s}).ok());
+    auto r = (*pa)->wait();
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    // copy_to on the caller's stream: behind another long copy that also writes `in`.
+    ASSERT_TRUE(
+        gpu::copy_async(busy_dst.value().data(), busy_src.value().data(), kBusyBytes, s).ok());
+    ASSERT_TRUE(gpu::copy_async(in.data(), zeros.data(), kCount * 4, s).ok());
+    ASSERT_TRUE(r.value().copy_to(in.data(), CudaStream{s}).ok());
+    std::vector<float> got(kCount);
+    ASSERT_TRUE(gpu::copy(got.data(), in.data(), kCount * 4).ok());
+    EXPECT_EQ(got.front(), 3.0f);
+    EXPECT_EQ(got.back(), 3.0f);
+    (*pa)->destroy();
+  });
+}
+
+// Buffers of another GPU than the communicator's device are refused on every rank.
+TEST(DeviceCollectives, BuffersOfAnotherDeviceAreRefused) {
+  REQUIRE_GPU();
+  if (gpu::query().devices.size() < 2) GTEST_SKIP() << "needs two GPUs";
+  auto world = make_inproc_world(2);
+  ASSERT_TRUE(world.ok());
+  run_ranks(world.value(), [&](Communicator& c) {
+    auto first = gpu::DeviceBuffer::allocate(64);
+    ASSERT_TRUE(first.ok());
+    ASSERT_TRUE(c.allreduce(first.value().data(), first.value().data(), 16, DataType::kInt32,
+                            ReduceOp::kSum)
+                    .ok());
+    std::optional<gpu::DeviceBuffer> other;
+    {
+      auto scope = gpu::DeviceScope::enter(1);
+      ASSERT_TRUE(scope.ok());
+      auto b = gpu::DeviceBuffer::allocate(64);
+      ASSERT_TRUE(b.ok());
+      other.emplace(std::move(b).value());
+    }
+    // Rank 1 passes GPU 1's memory: both ranks' calls fail, naming the devices.
+    void* buf = c.rank() == 1 ? other->data() : first.value().data();
+    const Status s = c.allreduce(buf, buf, 16, DataType::kInt32, ReduceOp::kSum);
+    ASSERT_FALSE(s.ok());
+    if (c.rank() == 1) {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+      EXPECT_NE(s.message().find("GPU 1"), std::string::npos) << s.message();
+    }
   });
 }
 

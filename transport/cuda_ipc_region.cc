@@ -79,9 +79,9 @@ Status cuda_memory_available(const char* transport) {
 
 Result<gpu::DeviceBuffer> allocate_device_zeroed(size_t bytes) {
   EC_ASSIGN_OR_RETURN(gpu::DeviceBuffer buffer, gpu::DeviceBuffer::allocate(bytes));
+  // Finished when zero() returns (a peer's first write must not be overwritten by it), without
+  // waiting for the application's streams as cudaDeviceSynchronize would.
   EC_RETURN_IF_ERROR(gpu::zero(buffer.data(), bytes));
-  // cudaMemset may still run when it returns; a peer's first write must not be overwritten by it.
-  EC_RETURN_IF_ERROR(gpu::synchronize());
   return buffer;
 }
 

@@ -88,11 +88,17 @@ Status launch(ReduceOp op, void* out, const void* a, const void* b, size_t count
   constexpr unsigned kThreads = 256;
   const size_t blocks = (count + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
-  reduce_kernel<T><<<grid, kThreads, 0, stream>>>(op, static_cast<T*>(out),
-                                                  static_cast<const T*>(a),
-                                                  static_cast<const T*>(b), count);
-  const cudaError_t e = cudaGetLastError();
+  // cudaLaunchKernel returns this launch's own error. A <<<>>> launch checked with
+  // cudaGetLastError() would also report (and clear) an error that an earlier, unrelated call
+  // of the application left behind, failing a good launch.
+  auto* o = static_cast<T*>(out);
+  auto* x = static_cast<const T*>(a);
+  auto* y = static_cast<const T*>(b);
+  void* args[] = {&op, &o, &x, &y, &count};
+  const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(&reduce_kernel<T>),
+                                         dim3(grid), dim3(kThreads), args, 0, stream);
   if (e == cudaSuccess) return Status::Ok();
+  cudaGetLastError();  // this launch's error, reported here: not left for the application
   const StatusCode code = e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver
                               ? StatusCode::kUnavailable
                               : StatusCode::kInternal;
@@ -108,6 +114,9 @@ Status reduce(DataType type, ReduceOp op, void* out, const void* a, const void* 
   if (count == 0) return Status::Ok();
   if (out == nullptr || a == nullptr || b == nullptr) {
     return Status(StatusCode::kInvalidArgument, "cuda reduce: null buffer");
+  }
+  for (const void* p : {static_cast<const void*>(out), a, b}) {
+    if (Status s = check_alignment("cuda reduce", type, p); !s.ok()) return s;
   }
   const auto s = static_cast<cudaStream_t>(stream);
   switch (type) {
