@@ -23,7 +23,7 @@ define configure_and_build
 	$(CMAKE) --build --preset $(1) -j $(JOBS)
 endef
 
-.PHONY: all deps build demo check tsan asan fuzz install format clean
+.PHONY: all deps build demo check tsan asan fuzz install format format-check clean
 
 all: build
 
@@ -53,9 +53,14 @@ fuzz: deps
 install: build
 	$(CMAKE) --install build/default --prefix $(PREFIX)
 
+# The folders and suffixes tests/format_check.sh (in make check) checks.
 format:
-	find runtime transport collectives sgd tools bench tests \
-	  \( -name '*.h' -o -name '*.cc' \) -type f -print0 | xargs -0 -r $(CLANG_FORMAT) -i
+	find runtime transport collectives sgd capi python tools bench tests \
+	  \( -name '*.h' -o -name '*.cc' -o -name '*.c' -o -name '*.cu' \) -type f -print0 | \
+	  xargs -0 -r $(CLANG_FORMAT) -i
+
+format-check:
+	./tests/format_check.sh $(CLANG_FORMAT)
 
 clean:
 	rm -rf build

@@ -243,7 +243,7 @@ class DirectAllreduce final : public QueuedOp {
   std::vector<uint8_t> scratch_;
   std::vector<const uint8_t*> peer_in_;
   std::vector<uint8_t*> peer_out_;
-  std::vector<uint32_t> sent_;  // per peer: steps sent so far
+  std::vector<uint32_t> sent_;   // per peer: steps sent so far
   std::vector<bool> done_from_;  // per peer: its segment is in our output, our buffers are free
   int got_ = 0;
 };

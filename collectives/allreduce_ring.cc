@@ -131,17 +131,21 @@ Algo choose_allreduce(const Config& config, size_t bytes, size_t payload_capacit
 
 std::shared_ptr<Op> make_allreduce(OpSignature sig, const void* in, void* out) {
   switch (static_cast<Algo>(sig.reserved)) {
-    case Algo::kRecursiveDoubling: return make_rd_allreduce(sig, in, out);
-    case Algo::kDirect: return make_direct_allreduce(sig, in, out);
-    case Algo::kSmall: return make_small_allreduce(sig, in, out);
-    default: return make_ring_allreduce(sig, in, out);
+    case Algo::kRecursiveDoubling:
+      return make_rd_allreduce(sig, in, out);
+    case Algo::kDirect:
+      return make_direct_allreduce(sig, in, out);
+    case Algo::kSmall:
+      return make_small_allreduce(sig, in, out);
+    default:
+      return make_ring_allreduce(sig, in, out);
   }
 }
 
 Status bad_message(const Op& op, int peer, const char* what) {
   return make_status(StatusCode::kProtocolError, "%s #%llu: rank %d sent %s",
-                     describe(op.sig()).c_str(),
-                     static_cast<unsigned long long>(key_seq(op.key())), peer, what);
+                     describe(op.sig()).c_str(), static_cast<unsigned long long>(key_seq(op.key())),
+                     peer, what);
 }
 
 }  // namespace eagercomm::detail

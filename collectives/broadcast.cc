@@ -21,7 +21,9 @@ namespace {
 class Broadcast final : public Op {
  public:
   Broadcast(OpSignature sig, void* buf)
-      : Op(sig), buf_(static_cast<uint8_t*>(buf)), es_(dtype_size(static_cast<DataType>(sig.dtype))) {}
+      : Op(sig),
+        buf_(static_cast<uint8_t*>(buf)),
+        es_(dtype_size(static_cast<DataType>(sig.dtype))) {}
 
   Status start(OpContext& ctx) override {
     P_ = ctx.size;
@@ -130,7 +132,8 @@ class Broadcast final : public Op {
         ++steps;
         continue;
       }
-      if (m.header.a != next_chunk_) return bad_message(*this, parent_, "broadcast chunks out of order");
+      if (m.header.a != next_chunk_)
+        return bad_message(*this, parent_, "broadcast chunks out of order");
       const Span c = chunk(next_chunk_);
       const size_t bytes = c.count * es_;
       if (m.message->payload_bytes != bytes) {

@@ -594,8 +594,14 @@ void CommCore::handle(const TransportCompletion& c, int* events) {
       on_control(ev.peer, ev.control);
       break;
     case MailboxEvent::Kind::kError: {
-      // A peer that breaks the protocol can no longer be trusted with any operation.
-      EC_ERROR(kNet, "rank %d: %s", rank_, ev.error.message().c_str());
+      // A peer that breaks the protocol can no longer be trusted with any operation. The
+      // mailbox found a protocol error (logged here, the first place that sees it); a lost peer
+      // was logged by the transport with its cause, which the error carries (peer_error).
+      if (ev.error.code() == StatusCode::kPeerFailed) {
+        EC_DEBUG(kNet, "%s", ev.error.message().c_str());
+      } else {
+        EC_ERROR(kNet, "%s", ev.error.message().c_str());
+      }
       if (ev.peer >= 0 && ev.peer < size_) {
         mark_gone(ev.peer, 0, ev.error);
       } else {

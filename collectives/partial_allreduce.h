@@ -1,5 +1,5 @@
-// Partial allreduce (DESIGN.md section 5): the eager-SGD collective that stops fast ranks from
-// waiting for slow ones.
+// Partial allreduce (docs/ARCHITECTURE.md, "Partial allreduce"): the eager-SGD collective that
+// stops fast ranks from waiting for slow ones.
 //
 // A PartialAllreduce is a persistent object made once per gradient buffer (collectively, by every
 // rank of a communicator, with the same arguments). It runs *rounds*. Every rank posts its

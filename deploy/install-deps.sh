@@ -19,8 +19,8 @@ optional=(libibverbs-dev librdmacm-dev libucx-dev ucx-utils libopenmpi-dev openm
   libgloo-dev python3-matplotlib)
 # What the multi-process test scripts use: python3, ip(8) for the network-namespace hosts.
 optional+=(python3 iproute2)
-# `make fuzz`: clang with libFuzzer.
-optional+=(clang)
+# `make fuzz`: clang with libFuzzer; `make check`'s format check: clang-format.
+optional+=(clang clang-format)
 # The eager-SGD trainer (`make demo`): LibTorch (with a threaded BLAS, or it is slow), zlib for
 # the gzipped IDX files, and the Fashion-MNIST data set.
 optional+=(libtorch-dev libopenblas0-pthread zlib1g-dev dataset-fashion-mnist)

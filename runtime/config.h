@@ -68,7 +68,7 @@ struct Config {
   uint32_t ib_tc = kAutoIndex;
   IbMtu ib_mtu = IbMtu::kAuto;  // auto: the ports' (store path) or the path record's (cm)
   bool verbs_emulate = false;   // the verbs transport runs on the emulated device (tests)
-  bool cuda = true;                          // classify buffers through the CUDA driver
+  bool cuda = true;             // classify buffers through the CUDA driver
   std::string cuda_driver = "libcuda.so.1";  // the driver library dlopen()ed for that
   // Where this process stands in its job (launcher variables; see launch_env.h).
   uint32_t rank = 0;

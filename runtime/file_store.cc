@@ -85,8 +85,8 @@ std::string FileStore::path_of(const std::string& key) const {
 Status FileStore::set(const std::string& key, const Bytes& value) {
   static std::atomic<uint64_t> counter{0};
   const std::string path = path_of(key);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return io_error("cannot create", tmp);
   Status s = write_all(fd, value.data(), value.size(), tmp);

@@ -34,7 +34,8 @@ void write(LogLevel level, LogSubsys subsys, const char* file, int line, const c
 inline bool log_enabled(LogLevel level, LogSubsys subsys) {
   return static_cast<int>(level) <= log_detail::g_level.load(std::memory_order_relaxed) &&
          (log_detail::g_subsys_mask.load(std::memory_order_relaxed) >>
-          static_cast<unsigned>(subsys)) & 1u;
+          static_cast<unsigned>(subsys)) &
+             1u;
 }
 
 // Applies EAGERCOMM_LOG_LEVEL / _SUBSYS / _FILE from `config`. Called by every communicator
@@ -57,13 +58,18 @@ Result<uint32_t> log_parse_subsys(std::string_view list);
 
 }  // namespace eagercomm
 
-#define EC_LOG(level, subsys, ...)                                                       \
-  do {                                                                                   \
-    if (::eagercomm::log_enabled(level, subsys))                                         \
-      ::eagercomm::log_detail::write(level, subsys, __FILE__, __LINE__, __VA_ARGS__);    \
+#define EC_LOG(level, subsys, ...)                                                    \
+  do {                                                                                \
+    if (::eagercomm::log_enabled(level, subsys))                                      \
+      ::eagercomm::log_detail::write(level, subsys, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
-#define EC_ERROR(subsys, ...) EC_LOG(::eagercomm::LogLevel::kError, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
-#define EC_WARN(subsys, ...) EC_LOG(::eagercomm::LogLevel::kWarn, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
-#define EC_INFO(subsys, ...) EC_LOG(::eagercomm::LogLevel::kInfo, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
-#define EC_DEBUG(subsys, ...) EC_LOG(::eagercomm::LogLevel::kDebug, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
-#define EC_TRACE(subsys, ...) EC_LOG(::eagercomm::LogLevel::kTrace, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
+#define EC_ERROR(subsys, ...) \
+  EC_LOG(::eagercomm::LogLevel::kError, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
+#define EC_WARN(subsys, ...) \
+  EC_LOG(::eagercomm::LogLevel::kWarn, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
+#define EC_INFO(subsys, ...) \
+  EC_LOG(::eagercomm::LogLevel::kInfo, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
+#define EC_DEBUG(subsys, ...) \
+  EC_LOG(::eagercomm::LogLevel::kDebug, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
+#define EC_TRACE(subsys, ...) \
+  EC_LOG(::eagercomm::LogLevel::kTrace, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)

@@ -7,20 +7,34 @@ namespace eagercomm {
 
 std::string_view status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInProgress: return "in progress";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kMismatch: return "mismatch between ranks";
-    case StatusCode::kTimeout: return "timeout";
-    case StatusCode::kPeerFailed: return "peer failed";
-    case StatusCode::kAborted: return "aborted";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kNotSupported: return "not supported";
-    case StatusCode::kNoMemory: return "out of memory";
-    case StatusCode::kBusy: return "busy";
-    case StatusCode::kProtocolError: return "protocol error";
-    case StatusCode::kIoError: return "i/o error";
-    case StatusCode::kInternal: return "internal error";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInProgress:
+      return "in progress";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kMismatch:
+      return "mismatch between ranks";
+    case StatusCode::kTimeout:
+      return "timeout";
+    case StatusCode::kPeerFailed:
+      return "peer failed";
+    case StatusCode::kAborted:
+      return "aborted";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kNotSupported:
+      return "not supported";
+    case StatusCode::kNoMemory:
+      return "out of memory";
+    case StatusCode::kBusy:
+      return "busy";
+    case StatusCode::kProtocolError:
+      return "protocol error";
+    case StatusCode::kIoError:
+      return "i/o error";
+    case StatusCode::kInternal:
+      return "internal error";
   }
   return "unknown status";
 }

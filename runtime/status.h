@@ -16,19 +16,19 @@ namespace eagercomm {
 
 enum class StatusCode : uint8_t {
   kOk = 0,
-  kInProgress,        // not an error: the operation has not finished yet
-  kInvalidArgument,   // the caller passed something wrong (null buffer, bad count, bad name)
-  kMismatch,          // ranks disagree on a collective's arguments (count, type, op, root)
-  kTimeout,           // a blocking call ran past its deadline
-  kPeerFailed,        // a peer is gone: destroyed, dead, or unreachable
-  kAborted,           // the communicator was destroyed or aborted while the call was pending
-  kUnavailable,       // a transport, device or package is not available here
-  kNotSupported,      // the request is valid but this build or backend does not do it
-  kNoMemory,          // an allocation or a registration failed
-  kBusy,              // back-pressure: retry later (the transport contract's "not now")
-  kProtocolError,     // a peer sent something malformed
-  kIoError,           // a system call failed
-  kInternal,          // a bug in eagercomm
+  kInProgress,       // not an error: the operation has not finished yet
+  kInvalidArgument,  // the caller passed something wrong (null buffer, bad count, bad name)
+  kMismatch,         // ranks disagree on a collective's arguments (count, type, op, root)
+  kTimeout,          // a blocking call ran past its deadline
+  kPeerFailed,       // a peer is gone: destroyed, dead, or unreachable
+  kAborted,          // the communicator was destroyed or aborted while the call was pending
+  kUnavailable,      // a transport, device or package is not available here
+  kNotSupported,     // the request is valid but this build or backend does not do it
+  kNoMemory,         // an allocation or a registration failed
+  kBusy,             // back-pressure: retry later (the transport contract's "not now")
+  kProtocolError,    // a peer sent something malformed
+  kIoError,          // a system call failed
+  kInternal,         // a bug in eagercomm
 };
 
 // True when `raw` is a StatusCode value (for codes received from peers).
@@ -48,7 +48,9 @@ class [[nodiscard]] Status {
 
   bool ok() const { return code_ == StatusCode::kOk; }
   // True for kOk and kInProgress: the call has not failed (yet).
-  bool pending_or_ok() const { return code_ == StatusCode::kOk || code_ == StatusCode::kInProgress; }
+  bool pending_or_ok() const {
+    return code_ == StatusCode::kOk || code_ == StatusCode::kInProgress;
+  }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
 
@@ -106,10 +108,10 @@ class [[nodiscard]] Result {
 #define EC_CONCAT_(a, b) EC_CONCAT_INNER_(a, b)
 
 // Returns the Status of `expr` from the enclosing function when it is an error.
-#define EC_RETURN_IF_ERROR(expr)                  \
-  do {                                            \
-    ::eagercomm::Status ec_status_ = (expr);      \
-    if (!ec_status_.ok()) return ec_status_;      \
+#define EC_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::eagercomm::Status ec_status_ = (expr); \
+    if (!ec_status_.ok()) return ec_status_; \
   } while (0)
 
 // `lhs = value of expr`, or returns its Status from the enclosing function.

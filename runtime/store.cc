@@ -26,7 +26,8 @@ Result<int64_t> HashStore::add(const std::string& key, int64_t delta) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     Bytes& b = data_[key];
-    if (b.size() == sizeof(int64_t)) std::memcpy(&value, b.data(), sizeof(value));
+    if (b.size() == sizeof(int64_t))
+      std::memcpy(&value, b.data(), sizeof(value));
     else if (!b.empty()) {
       return make_status(StatusCode::kInvalidArgument, "store key '%s' does not hold a counter",
                          key.c_str());

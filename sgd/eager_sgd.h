@@ -1,5 +1,6 @@
-// EagerSgd: data-parallel momentum SGD on top of PartialAllreduce (DESIGN.md section 6), over one
-// flat parameter buffer and one flat gradient buffer, independent of any framework.
+// EagerSgd: data-parallel momentum SGD on top of PartialAllreduce (docs/ARCHITECTURE.md, "The
+// eager-SGD layer"), over one flat parameter buffer and one flat gradient buffer, independent of
+// any framework.
 //
 //   auto opt = sgd::EagerSgd::create(comm, params, grads, n, sgd::MemoryKind::kHost, options);
 //   for (step ...) {

@@ -45,6 +45,10 @@ for c in "${cases[@]}"; do
         *"code=peer failed"*"rank $victim"*) ;;
         *) fail "$transport n=$n: rank $r: wrong error: $line" ;;
       esac
+      # The transport's cause travels with the error (Transport::peer_error), not only "lost".
+      if [[ $count == 4096 && $line != *"process is gone"* ]]; then
+        fail "$transport n=$n: rank $r: the error does not say why rank $victim was lost: $line"
+      fi
       secs=$(sed -n 's/.* seconds=\([0-9.]*\) .*/\1/p' <<<"$line")
       awk -v s="$secs" 'BEGIN { exit !(s < 20) }' \
         || fail "$transport n=$n: rank $r took $secs s to notice (timeout 60 s)"

@@ -101,7 +101,8 @@ TEST(Engine, ProgressThreadDrivesWithoutAnyWaiter) {
   EXPECT_TRUE(engine.has_thread());
   src.add(1000);
   const auto deadline = Engine::Clock::now() + 30s;
-  while (src.done.load() < 1000 && Engine::Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  while (src.done.load() < 1000 && Engine::Clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
   EXPECT_EQ(src.done.load(), 1000);
   EXPECT_NE(src.last_driver.load(), std::this_thread::get_id());
   engine.stop_thread();

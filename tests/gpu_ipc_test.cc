@@ -35,11 +35,11 @@
 #include "runtime/gpu.h"
 #include "runtime/store.h"
 #include "tests/child_checks.h"
-#include "transport/cuda_ipc_key.h"
-#include "transport/cuda_ipc_region.h"
+#include "transport/cuda_ipc/cuda_ipc_key.h"
+#include "transport/cuda_ipc/cuda_ipc_region.h"
 #include "transport/registry.h"
-#include "transport/shm_segment.h"
-#include "transport/shm_transport.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_transport.h"
 
 namespace eagercomm::test {
 namespace {

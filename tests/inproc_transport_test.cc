@@ -3,7 +3,7 @@
 // tests/transport_contract_test.cc. Here: the key's fabric, version and kind checks, what CUDA
 // memory gets without a GPU (tests/gpu_ipc_test.cc moves data between device buffers where there
 // is one), memory that outlives its owner, world-size mismatches, a wait() that sleeps its whole
-// timeout. (The registration cache on top of it: tests/registration_cache_test.cc.)
+// timeout.
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -117,7 +117,7 @@ start_job live
 live_job=$job
 live_launcher=$launcher
 ls /dev/shm | grep "^eagercomm-$live_job-" | sort >"$tmp/live.before"
-# Objects younger than 5 s are never reclaimed (transport/shm_reclaim.h): wait that out.
+# Objects younger than 5 s are never reclaimed (transport/shm/shm_reclaim.h): wait that out.
 sleep 6
 set +e
 "$run" -n 2 --transport shm "$bench" -b 8 -e 8 -n 2 >"$tmp/next.out" 2>"$tmp/next.err"

@@ -124,11 +124,16 @@ for mode in sync solo; do
     awk -v t="${detected[$i]}" -v l=$limit_s 'BEGIN { exit !(t <= l) }' \
       || fail "rank $i reported ${detected[$i]} s after the link went down (limit $limit_s s)"
   done
-  # Rank 2 lost both peers: its error must name one of them.
+  # Rank 2 lost both peers: it reports an error of its own. It names them as silent when its
+  # wait began after the link went down; a wait that began earlier times out before their
+  # silence reaches the report's threshold (3 heartbeats, stamped at the receiver's duty: set
+  # so that live stragglers on a loaded host are not called silent), as CI saw at P = 3 on two
+  # cores. Then the error must still be its own timeout, not a success or another rank's word.
   line=$(grep -m1 '^DETECTED ' "$tmp/out-2")
   grep -Eq " code=(peer failed|timeout) " <<<"$line" || fail "rank 2: wrong code: $line"
-  names_silent "[01]" "$line" \
-    || fail "rank 2: the error names neither rank 0 nor 1 as silent: $line"
+  names_silent "[01]" "$line" ||
+    grep -Eq "on rank 2 (did not finish|within)" <<<"$line" ||
+    fail "rank 2: the error names neither rank 0 nor 1 as silent, nor is it rank 2's timeout: $line"
 
   status=0
   for i in 0 1 2; do ((codes[i] != 0)) && status=1; done

@@ -1,5 +1,5 @@
-// Partial allreduce invariants (DESIGN.md section 5), each on the inproc transport with seeded
-// random delays, for P in {1, 2, 3, 4, 5, 8, 13}, every mode, >= 200 rounds:
+// Partial allreduce invariants (docs/ARCHITECTURE.md, "Partial allreduce"), each on the inproc
+// transport with seeded random delays, for P in {1, 2, 3, 4, 5, 8, 13}, every mode, >= 200 rounds:
 //   1. conservation: after flush, the results sum to the posts, exactly;
 //   2. identical replicas: every rank receives the same result sequence, bit for bit;
 //   3. staleness: with sync_every = N every post lands fewer than N rounds late;

@@ -33,11 +33,11 @@
 #include "runtime/gpu.h"
 #include "runtime/store.h"
 #include "tests/child_checks.h"
-#include "transport/cuda_ipc_key.h"
+#include "transport/cuda_ipc/cuda_ipc_key.h"
 #include "transport/mailbox.h"
 #include "transport/registry.h"
-#include "transport/shm_segment.h"
-#include "transport/shm_transport.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_transport.h"
 
 namespace eagercomm::test {
 namespace {
@@ -709,98 +709,6 @@ TEST(ShmTransport, CorruptRingsAreErrorsNotCrashes) {
   got = poll_all(a);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].tag, 3u);
-}
-
-// ---- measurements (printed, not asserted) ----
-
-TEST(ShmTransportPerf, PingPongLatencyAndWriteBandwidth) {
-  run_ranks(2, [](Ctx& c) {
-    constexpr size_t kBytes = 64 << 20;
-    constexpr size_t kChunk = 4 << 20;
-    auto region = c.t->allocate(kBytes, MemoryKind::kHost);
-    CHILD_CHECK(region.ok(), "%s", region.status().to_string().c_str());
-    c.publish("region", region.value()->remote_key());
-    c.connect_all();
-    const int peer = 1 - c.rank;
-    auto remote = c.t->import_region(peer, c.fetch("region", peer));
-    CHILD_CHECK(remote.ok(), "%s", remote.status().to_string().c_str());
-    c.barrier("go");
-    auto await_tag = [&](bool blocking) {
-      TransportCompletion e;
-      const auto deadline = Clock::now() + seconds(30);
-      for (;;) {
-        // One completion at a time: a write completion is skipped, a tag is never consumed early.
-        if (c.t->poll(std::span(&e, 1)) == 1 && e.kind == TransportCompletion::Kind::kNotify) {
-          return e.tag;
-        }
-        if (blocking) c.t->wait(seconds(1));
-        CHILD_CHECK(Clock::now() < deadline, "ping-pong stalled");
-      }
-    };
-    auto ping_pong = [&](int iters, bool blocking) {
-      std::vector<double> rtt;
-      for (int i = 0; i < iters; ++i) {
-        if (c.rank == 0) {
-          const auto t0 = Clock::now();
-          CHILD_OK(c.t->notify(1, i));
-          CHILD_CHECK(await_tag(blocking) == static_cast<uint32_t>(i), "pong");
-          rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-        } else {
-          CHILD_CHECK(await_tag(blocking) == static_cast<uint32_t>(i), "ping");
-          CHILD_OK(c.t->notify(0, i));
-        }
-      }
-      std::sort(rtt.begin(), rtt.end());
-      return rtt;
-    };
-    ping_pong(1000 / kSlowdown, false);  // warm-up
-    const auto spin = ping_pong(20000 / kSlowdown, false);
-    const auto sleep = ping_pong(2000 / kSlowdown, true);
-    c.barrier("bw");
-    // Bandwidth: rank 0 writes 64 MiB in 4 MiB writes; rank 1 acknowledges each round.
-    const int rounds = std::max(1, 8 / kSlowdown);
-    double seconds_taken = 0;
-    for (int round = -1; round < rounds; ++round) {  // round -1: warm-up (page faults)
-      if (c.rank == 0) {
-        std::memset(region.value()->data(), round & 0xff, kBytes);
-        const auto t1 = Clock::now();
-        for (size_t off = 0; off < kBytes;) {
-          Status s = c.t->write(*region.value(), off, *remote.value(), off, kChunk, 1, off);
-          if (s.code() == StatusCode::kBusy) continue;
-          CHILD_OK(s);
-          off += kChunk;
-        }
-        await_tag(false);  // the acknowledgement (write completions are skipped)
-        if (round >= 0) seconds_taken += std::chrono::duration<double>(Clock::now() - t1).count();
-      } else {
-        for (size_t got = 0; got < kBytes / kChunk; ++got) await_tag(false);
-        const auto* d = static_cast<const uint8_t*>(region.value()->data());
-        CHILD_CHECK(d[0] == (round & 0xff) && d[kBytes - 1] == (round & 0xff), "data");
-        CHILD_OK(c.t->notify(0, 2));
-      }
-    }
-    if (c.rank == 0) {
-      // The single-thread memcpy of this machine, for reference.
-      std::vector<uint8_t> a(kBytes, 1), b(kBytes, 2);
-      std::memcpy(b.data(), a.data(), kBytes);
-      const auto t0 = Clock::now();
-      for (int i = 0; i < 4; ++i) std::memcpy(b.data(), a.data(), kBytes);
-      const double copy_s = std::chrono::duration<double>(Clock::now() - t0).count() / 4;
-      auto pct = [](const std::vector<double>& v, double q) {
-        return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
-      };
-      printf("[shm perf] notify+poll round trip, polling:  median %.2f us  p99 %.2f us  (%zu)\n",
-             pct(spin, 0.5), pct(spin, 0.99), spin.size());
-      printf("[shm perf] notify+poll round trip, sleeping: median %.2f us  p99 %.2f us  (%zu)\n",
-             pct(sleep, 0.5), pct(sleep, 0.99), sleep.size());
-      printf(
-          "[shm perf] write bandwidth, 4 MiB writes: %.2f GB/s (memcpy in one process: %.2f "
-          "GB/s)\n",
-          rounds * kBytes / seconds_taken / 1e9, kBytes / copy_s / 1e9);
-      fflush(stdout);
-    }
-    c.barrier("end");
-  });
 }
 
 }  // namespace

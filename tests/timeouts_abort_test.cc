@@ -125,8 +125,8 @@ TEST(Timeouts, TimeoutsTooLargeForTheClockSaturate) {
     w->run([](int r, Communicator& c) {
       if (r == 1) std::this_thread::sleep_for(milliseconds(300));
       std::vector<float> small(4, 1.0f), large(3000, 1.0f);
-      Status a = c.allreduce(small.data(), small.data(), small.size(), DataType::kFloat32,
-                             ReduceOp::kSum);
+      Status a =
+          c.allreduce(small.data(), small.data(), small.size(), DataType::kFloat32, ReduceOp::kSum);
       EXPECT_TRUE(a.ok()) << a.to_string();
       if (r == 1) std::this_thread::sleep_for(milliseconds(300));
       Status b = c.allreduce(large.data(), large.data(), large.size(), DataType::kFloat32,

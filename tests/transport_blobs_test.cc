@@ -17,13 +17,13 @@
 #include "runtime/config.h"
 #include "runtime/store.h"
 #include "tests/transport_pair.h"
-#include "transport/cuda_ipc_key.h"
-#include "transport/inproc_key.h"
+#include "transport/cuda_ipc/cuda_ipc_key.h"
+#include "transport/inproc/inproc_key.h"
 #include "transport/mailbox.h"
-#include "transport/shm_segment.h"
-#include "transport/shm_segment_header.h"
-#include "transport/shm_transport.h"
-#include "transport/ucx_wire.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_segment_header.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/ucx/ucx_wire.h"
 
 namespace eagercomm::test {
 namespace {

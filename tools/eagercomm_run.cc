@@ -15,7 +15,7 @@
 // from the launch), 127 program not found or not executable. Repeats of one eagercomm log line
 // from many ranks are counted, not printed (tools/run_output.h). At exit the job's leftover
 // shared-memory segments (/dev/shm/eagercomm-<job>-*) are removed; at the start, those that dead
-// jobs left (their ranks' liveness beacons are free: transport/shm_reclaim.h).
+// jobs left (their ranks' liveness beacons are free: transport/shm/shm_reclaim.h).
 //
 // Standard input: rank 0 reads the launcher's standard input when that is not a terminal (a
 // pipe or a file, as mpirun does); every other rank, and rank 0 under a terminal (ranks are not
@@ -38,7 +38,7 @@
 #include "tools/run_launcher.h"
 #include "tools/run_options.h"
 #include "tools/run_support.h"
-#include "transport/shm_reclaim.h"
+#include "transport/shm/shm_reclaim.h"
 
 namespace eagercomm::run {
 namespace {

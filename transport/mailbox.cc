@@ -237,7 +237,7 @@ MailboxEvent Mailbox::on_completion(const TransportCompletion& c) {
   if (c.kind == TransportCompletion::Kind::kPeerError) {
     ev.kind = MailboxEvent::Kind::kError;
     ev.peer = peer;
-    ev.error = make_status(StatusCode::kPeerFailed, "transport lost rank %d", peer);
+    ev.error = transport_.peer_error(peer);
     return ev;
   }
   const uint32_t kind = mailbox_tag::kind(c.tag);

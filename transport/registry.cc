@@ -6,8 +6,8 @@
 
 #include "runtime/build_config.h"
 #include "runtime/log.h"
-#include "transport/inproc_transport.h"
-#include "transport/shm_transport.h"
+#include "transport/inproc/inproc_transport.h"
+#include "transport/shm/shm_transport.h"
 #if EAGERCOMM_HAVE_UCX
 #include "transport/ucx/ucx_transport.h"
 #endif

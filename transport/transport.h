@@ -1,4 +1,5 @@
-// The transport contract (DESIGN.md section 2): one-sided writes with remote notification.
+// The transport contract (docs/ARCHITECTURE.md, "The transport contract"): one-sided writes with
+// remote notification.
 //
 // Every backend (inproc, shm, ucx, verbs) implements this small, non-blocking, poll-driven
 // interface, the shape of NCCL's net plugin API and of libfabric's FI_RMA with remote CQ data:
@@ -81,7 +82,7 @@ struct TransportCompletion {
   enum class Kind : uint8_t {
     kWriteDone,  // a local write finished: its source bytes may be reused (cookie says which)
     kNotify,     // a peer's notification arrived (peer, tag); its data is visible
-    kPeerError,  // the transport lost the peer (status in the transport's last_error(peer))
+    kPeerError,  // the transport lost the peer (why: the transport's peer_error(peer))
   };
   Kind kind;
   int peer;
@@ -154,6 +155,16 @@ class Transport {
   virtual bool peer_left(int peer) const {
     (void)peer;
     return false;
+  }
+  // Why the transport lost `peer` (kPeerFailed with the cause it saw first: "shm: rank 2's
+  // process is gone (killed or crashed)", the verbs completion error, UCX's status), once it
+  // reported a kPeerError completion for it; a backend that records no cause says only that the
+  // peer was lost. Callers put it into the errors they return, so the cause reaches the
+  // application; the backend already logged it (the first place that sees an error logs it).
+  // Called by the current driver, after poll() returned the kPeerError.
+  virtual Status peer_error(int peer) const {
+    return make_status(StatusCode::kPeerFailed, "%.*s transport lost rank %d",
+                       static_cast<int>(name().size()), name().data(), peer);
   }
 
   // Leaves the job: tells connected peers this rank is gone, finishes (or, at a bounded

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/inproc_key.h"
+#include "transport/inproc/inproc_key.h"
 
 using namespace eagercomm;
 

@@ -13,9 +13,9 @@
 #include <span>
 #include <vector>
 
-#include "transport/cuda_ipc_key.h"
-#include "transport/shm_segment.h"
-#include "transport/shm_segment_header.h"
+#include "transport/cuda_ipc/cuda_ipc_key.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_segment_header.h"
 
 using namespace eagercomm;
 

@@ -11,8 +11,8 @@
 #include <span>
 #include <vector>
 
-#include "transport/shm_ring.h"
-#include "transport/ucx_wire.h"
+#include "transport/shm/shm_ring.h"
+#include "transport/ucx/ucx_wire.h"
 
 using namespace eagercomm;
 

@@ -29,10 +29,10 @@
 #include "runtime/unique_fd.h"
 #include "transport/local_completions.h"
 #include "transport/peer_liveness.h"
-#include "transport/shm_ring.h"
-#include "transport/shm_segment.h"
-#include "transport/shm_transport.h"
-#include "transport/ucx_wire.h"
+#include "transport/shm/shm_ring.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/ucx/ucx_wire.h"
 
 namespace eagercomm {
 namespace {
@@ -91,7 +91,7 @@ struct NoteHeader {
   uint32_t tag;
 };
 
-// The address and remote-key formats (headers, checks, encoders): transport/ucx_wire.h.
+// The address and remote-key formats (headers, checks, encoders): transport/ucx/ucx_wire.h.
 
 uint64_t fnv1a(const uint8_t* p, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -316,6 +316,7 @@ class UcxTransport final : public Transport {
   void wait(std::chrono::nanoseconds timeout) override;
   void wake() override;
   bool peer_left(int peer) const override;
+  Status peer_error(int peer) const override;
 
  private:
   struct Peer {
@@ -325,6 +326,7 @@ class UcxTransport final : public Transport {
     uint64_t instance = 0;
     std::vector<uint8_t> address;  // what connect() got, for idempotence
     bool failed = false;           // lost: kPeerError was queued, sends are refused
+    std::string failed_why;        // what was seen first when `failed` was set (peer_error)
     bool ep_failed = false;        // UCX declared the endpoint unusable: close it with FORCE
     bool bye_received = false;     // the peer closed its transport: it sends and serves no more
     bool answered = false;         // during our close: the peer acknowledged our kBye
@@ -848,6 +850,7 @@ void UcxTransport::peer_failed(int peer, ucs_status_t status, const char* what) 
   Peer& p = peers_[peer];
   if (p.failed) return;
   p.failed = true;
+  p.failed_why = std::string("ucx: ") + what + " failed: " + ucs_status_string(status);
   EC_ERROR(kNet, "ucx: rank %d: %s to rank %d failed: %s; the peer is treated as lost", rank(),
            what, peer, ucs_status_string(status));
   done_.push(TransportCompletion::Kind::kPeerError, peer, 0, 0);
@@ -862,6 +865,7 @@ void UcxTransport::probe_peers() {
     if (p.live.check() != LivenessWatch::State::kDead) continue;
     p.live.reap();  // nothing left in /dev/shm, launcher or not
     p.failed = true;
+    p.failed_why = "ucx: rank " + std::to_string(p.rank) + "'s process is gone (killed or crashed)";
     EC_ERROR(kNet, "ucx: rank %d: rank %d's process is gone (killed or crashed)", rank(), p.rank);
     done_.push(TransportCompletion::Kind::kPeerError, p.rank, 0, 0);
   }
@@ -1197,6 +1201,10 @@ size_t UcxTransport::drain_rings(std::span<TransportCompletion> out) {
              "ucx: rank %d: rank %d's notification ring holds impossible entries; ignoring it "
              "from now on",
              rank(), failed);
+    if (!peers_[failed].failed) {
+      peers_[failed].failed_why =
+          "ucx: rank " + std::to_string(failed) + "'s notification ring holds impossible entries";
+    }
     if (!peers_[failed].failed && n < out.size()) {
       peers_[failed].failed = true;
       TransportCompletion& c = out[n++];
@@ -1388,6 +1396,13 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
 
 bool UcxTransport::peer_left(int peer) const {
   return peer >= 0 && peer < size() && peers_[peer].bye_received;
+}
+
+Status UcxTransport::peer_error(int peer) const {
+  if (peer >= 0 && peer < size() && !peers_[peer].failed_why.empty()) {
+    return make_status(StatusCode::kPeerFailed, "%s", peers_[peer].failed_why.c_str());
+  }
+  return Transport::peer_error(peer);
 }
 
 void UcxTransport::wake() {

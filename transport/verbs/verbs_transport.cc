@@ -175,6 +175,12 @@ class VerbsTransport final : public Transport {
   bool peer_left(int peer) const override {
     return peer >= 0 && peer < size() && peers_[peer].left && !peers_[peer].failed;
   }
+  Status peer_error(int peer) const override {
+    if (peer >= 0 && peer < size() && !peers_[peer].failed_why.empty()) {
+      return make_status(StatusCode::kPeerFailed, "verbs: %s", peers_[peer].failed_why.c_str());
+    }
+    return Transport::peer_error(peer);
+  }
 
  private:
   struct Peer {
@@ -186,6 +192,7 @@ class VerbsTransport final : public Transport {
     uint64_t hello_instance = 0;              // from a cm request that came before connect()
     bool connected = false;                   // the QP is in RTS
     bool failed = false;
+    std::string failed_why;  // the cause fail_peer() was given (peer_error)
     uint64_t instance = 0;  // the peer transport's, from its address
     uint64_t credit_addr = 0;
     uint32_t credit_rkey = 0;
@@ -1262,6 +1269,7 @@ void VerbsTransport::fail_peer(int peer, const std::string& why) {
   Peer& p = peers_[peer];
   if (p.failed) return;
   p.failed = true;
+  p.failed_why = why;
   EC_ERROR(kNet, "verbs: rank %d lost rank %d: %s", rank(), peer, why.c_str());
   errors_.push(TransportCompletion::Kind::kPeerError, peer, 0, 0);
 }

@@ -32,7 +32,9 @@ opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
 gen = torch.Generator().manual_seed(100 + rank)
 shared = random.Random(11)
-for step in range(60):
+# 150 steps: at 60, solo's accuracy depended on which contributions made each round (0.555 in
+# one CI run on a loaded host, against the 0.6 required).
+for step in range(150):
     slow = shared.randrange(size)
     x, y = batch(gen, 32)
     loss = torch.nn.functional.cross_entropy(ddp(x), y)

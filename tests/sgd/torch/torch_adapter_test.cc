@@ -419,24 +419,5 @@ TEST_F(TorchAdapter, LstmIgnoresPaddingAndOrder) {
   EXPECT_TRUE(torch::allclose(out.index_select(0, perm), must_forward(m, shuffled), 1e-5, 1e-6));
 }
 
-// Not a test: prints the time of one local step (run with --gtest_also_run_disabled_tests).
-TEST_F(TorchAdapter, DISABLED_StepTime) {
-  for (const std::string name : {"cnn", "resnet20"}) {
-    Model m = must_make(name);
-    FlatParameters flat = must_flatten(m);
-    Batch b = image_batch(64, 1);
-    must_step(m, b);  // warm-up
-    const int steps = 5;
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) must_step(m, b);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::printf(
-        "%s: %zu parameters (%zu floats flat, %zu statistics); batch 64, 1 torch "
-        "thread: %.1f ms per forward_backward\n",
-        name.c_str(), flat.parameter_count(), flat.count(), flat.stats_count(), ms / steps);
-  }
-}
-
 }  // namespace
 }  // namespace eagercomm::sgd

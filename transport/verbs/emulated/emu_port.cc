@@ -101,7 +101,7 @@ Result<std::unique_ptr<Port>> Port::create() {
     const std::string name = port_name(lid);
     int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 && errno == EEXIST) {
-      if (!unlink_if_ownerless(name)) continue;  // taken by a live port
+      if (!unlink_if_ownerless(name)) continue;                      // taken by a live port
       fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);  // a leftover: take it over
     }
     if (fd < 0) {

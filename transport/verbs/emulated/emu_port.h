@@ -36,7 +36,7 @@ inline constexpr uint32_t kMaxMrs = 4096;
 inline constexpr uint32_t kMaxLid = 4096;
 
 enum class PacketKind : uint32_t { kWrite = 1, kCm = 2 };  // kCm: an rdma_cm message (emu_cm.h)
-inline constexpr uint32_t kPacketLast = 1;     // the last packet of a write
+inline constexpr uint32_t kPacketLast = 1;                 // the last packet of a write
 inline constexpr uint32_t kPacketWithImm = 2;  // the write carries an immediate (last packet)
 
 struct Packet {

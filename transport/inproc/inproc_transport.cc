@@ -1,4 +1,4 @@
-#include "transport/inproc_transport.h"
+#include "transport/inproc/inproc_transport.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -14,8 +14,8 @@
 #include "runtime/event_count.h"
 #include "runtime/gpu.h"
 #include "runtime/log.h"
-#include "transport/cuda_ipc_region.h"
-#include "transport/inproc_key.h"
+#include "transport/cuda_ipc/cuda_ipc_region.h"
+#include "transport/inproc/inproc_key.h"
 #include "transport/local_completions.h"
 
 namespace eagercomm {

@@ -1,11 +1,11 @@
-#include "transport/cuda_ipc_key.h"
+#include "transport/cuda_ipc/cuda_ipc_key.h"
 
 #include <unistd.h>
 
 #include <cstring>
 
 #include "runtime/memory.h"
-#include "transport/shm_segment.h"
+#include "transport/shm/shm_segment.h"
 
 namespace eagercomm {
 namespace {

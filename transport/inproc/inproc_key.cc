@@ -1,4 +1,4 @@
-#include "transport/inproc_key.h"
+#include "transport/inproc/inproc_key.h"
 
 #include <cstdio>
 #include <cstring>

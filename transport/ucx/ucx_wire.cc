@@ -1,10 +1,10 @@
-#include "transport/ucx_wire.h"
+#include "transport/ucx/ucx_wire.h"
 
 #include <cstring>
 #include <string>
 
 #include "runtime/memory.h"
-#include "transport/shm_ring.h"
+#include "transport/shm/shm_ring.h"
 
 namespace eagercomm {
 namespace {

@@ -1,4 +1,4 @@
-#include "transport/shm_segment.h"
+#include "transport/shm/shm_segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "runtime/log.h"
-#include "transport/shm_segment_header.h"
+#include "transport/shm/shm_segment_header.h"
 
 namespace eagercomm {
 namespace {

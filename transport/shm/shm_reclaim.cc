@@ -1,4 +1,4 @@
-#include "transport/shm_reclaim.h"
+#include "transport/shm/shm_reclaim.h"
 
 #include <dirent.h>
 #include <errno.h>

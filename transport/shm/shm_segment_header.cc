@@ -1,4 +1,4 @@
-#include "transport/shm_segment_header.h"
+#include "transport/shm/shm_segment_header.h"
 
 #include <cstring>
 

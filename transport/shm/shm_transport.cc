@@ -1,4 +1,4 @@
-#include "transport/shm_transport.h"
+#include "transport/shm/shm_transport.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,13 +11,13 @@
 
 #include "runtime/event_count.h"
 #include "runtime/log.h"
-#include "transport/cuda_ipc_key.h"
-#include "transport/cuda_ipc_region.h"
+#include "transport/cuda_ipc/cuda_ipc_key.h"
+#include "transport/cuda_ipc/cuda_ipc_region.h"
 #include "transport/local_completions.h"
 #include "transport/peer_liveness.h"
-#include "transport/shm_reclaim.h"
-#include "transport/shm_ring.h"
-#include "transport/shm_segment.h"
+#include "transport/shm/shm_reclaim.h"
+#include "transport/shm/shm_ring.h"
+#include "transport/shm/shm_segment.h"
 
 namespace eagercomm {
 namespace {
@@ -342,6 +342,17 @@ class ShmTransport final : public Transport {
   bool peer_left(int peer) const override {
     return peer >= 0 && peer < size() && peer != rank() && out_[peer].connected &&
            out_[peer].block != nullptr && peer_has_closed(peer);
+  }
+
+  Status peer_error(int peer) const override {
+    if (peer >= 0 && peer < size() && !out_[peer].failed.ok()) return out_[peer].failed;
+    if (peer >= 0 && peer < size() && in_[peer].failed.load(std::memory_order_acquire)) {
+      return make_status(StatusCode::kPeerFailed,
+                         "shm: rank %d's notification ring holds impossible entries (memory "
+                         "corrupted, or a process of another job)",
+                         peer);
+    }
+    return Transport::peer_error(peer);
   }
 
   // The peer's wait() takes `woken` after announcing itself (prepare_wait) and before it

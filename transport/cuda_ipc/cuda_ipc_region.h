@@ -30,7 +30,7 @@
 #include "runtime/gpu.h"
 #include "runtime/memory.h"
 #include "runtime/status.h"
-#include "transport/cuda_ipc_key.h"
+#include "transport/cuda_ipc/cuda_ipc_key.h"
 #include "transport/transport.h"
 
 namespace eagercomm {

@@ -15,7 +15,7 @@
 #include <span>
 
 #include "runtime/status.h"
-#include "transport/shm_segment.h"
+#include "transport/shm/shm_segment.h"
 
 namespace eagercomm {
 

@@ -1,4 +1,4 @@
-#include "transport/cuda_ipc_region.h"
+#include "transport/cuda_ipc/cuda_ipc_region.h"
 
 #include <cstring>
 #include <map>
