@@ -237,7 +237,8 @@ MailboxEvent Mailbox::on_completion(const TransportCompletion& c) {
   if (c.kind == TransportCompletion::Kind::kPeerError) {
     ev.kind = MailboxEvent::Kind::kError;
     ev.peer = peer;
-    ev.error = transport_.peer_error(peer);
+    ev.error = make_status(StatusCode::kPeerFailed, "transport lost rank %d: %s", peer,
+                           transport_.peer_error(peer).message().c_str());
     return ev;
   }
   const uint32_t kind = mailbox_tag::kind(c.tag);

@@ -163,7 +163,7 @@ class Transport {
   // application; the backend already logged it (the first place that sees an error logs it).
   // Called by the current driver, after poll() returned the kPeerError.
   virtual Status peer_error(int peer) const {
-    return make_status(StatusCode::kPeerFailed, "%.*s transport lost rank %d",
+    return make_status(StatusCode::kPeerFailed, "the %.*s transport recorded no cause for rank %d",
                        static_cast<int>(name().size()), name().data(), peer);
   }
 

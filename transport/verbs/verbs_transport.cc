@@ -193,7 +193,7 @@ class VerbsTransport final : public Transport {
     bool connected = false;                   // the QP is in RTS
     bool failed = false;
     std::string failed_why;  // the cause fail_peer() was given (peer_error)
-    uint64_t instance = 0;  // the peer transport's, from its address
+    uint64_t instance = 0;   // the peer transport's, from its address
     uint64_t credit_addr = 0;
     uint32_t credit_rkey = 0;
     uint32_t sends = 0;       // send work requests not completed yet
