@@ -17,6 +17,7 @@
 #include "transport/cuda_ipc/cuda_ipc_region.h"
 #include "transport/inproc/inproc_key.h"
 #include "transport/local_completions.h"
+#include "transport/write_bounds.h"
 
 namespace eagercomm {
 namespace {
@@ -230,14 +231,8 @@ class InprocTransport final : public Transport {
   Status write(const MemoryRegion& local, size_t local_offset, const RemoteRegion& remote,
                size_t remote_offset, size_t bytes, uint32_t tag, uint64_t cookie) override {
     const auto& dst = static_cast<const InprocRemote&>(remote);
-    if (local_offset > local.size() || bytes > local.size() - local_offset ||
-        remote_offset > remote.size() || bytes > remote.size() - remote_offset) {
-      return make_status(StatusCode::kInvalidArgument,
-                         "inproc: write of %zu bytes out of bounds (local %zu+%zu of %zu, remote "
-                         "%zu+%zu of %zu)",
-                         bytes, local_offset, bytes, local.size(), remote_offset, bytes,
-                         remote.size());
-    }
+    EC_RETURN_IF_ERROR(
+        check_write_bounds("inproc", local, local_offset, remote, remote_offset, bytes));
     if (closed_) return Status(StatusCode::kAborted, "inproc: write: this transport was closed");
     if (peer_has_closed(remote.peer())) return peer_closed(remote.peer(), "write");
     if (!has_room(remote.peer())) return Status(StatusCode::kBusy, {});

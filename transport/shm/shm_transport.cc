@@ -18,6 +18,7 @@
 #include "transport/shm/shm_reclaim.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/shm/shm_segment.h"
+#include "transport/write_bounds.h"
 
 namespace eagercomm {
 namespace {
@@ -240,14 +241,8 @@ class ShmTransport final : public Transport {
       return make_status(StatusCode::kInvalidArgument,
                          "shm: write to a remote region that this transport did not import");
     }
-    if (local_offset > local.size() || bytes > local.size() - local_offset ||
-        remote_offset > remote.size() || bytes > remote.size() - remote_offset) {
-      return make_status(StatusCode::kInvalidArgument,
-                         "shm: write of %zu bytes out of bounds (local %zu+%zu of %zu, remote "
-                         "%zu+%zu of %zu)",
-                         bytes, local_offset, bytes, local.size(), remote_offset, bytes,
-                         remote.size());
-    }
+    EC_RETURN_IF_ERROR(
+        check_write_bounds("shm", local, local_offset, remote, remote_offset, bytes));
     const int peer = remote.peer();
     EC_RETURN_IF_ERROR(check_room(peer));
     if (peer_has_closed(peer)) return peer_closed(peer, "write");

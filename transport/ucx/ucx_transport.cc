@@ -33,6 +33,7 @@
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/ucx/ucx_wire.h"
+#include "transport/write_bounds.h"
 
 namespace eagercomm {
 namespace {
@@ -1018,14 +1019,7 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
     return make_status(StatusCode::kInvalidArgument,
                        "ucx: write: the remote region was not imported by this ucx transport");
   }
-  if (local_offset > local.size() || bytes > local.size() - local_offset ||
-      remote_offset > remote.size() || bytes > remote.size() - remote_offset) {
-    return make_status(StatusCode::kInvalidArgument,
-                       "ucx: write of %zu bytes out of bounds (local %zu+%zu of %zu, remote "
-                       "%zu+%zu of %zu)",
-                       bytes, local_offset, bytes, local.size(), remote_offset, bytes,
-                       remote.size());
-  }
+  EC_RETURN_IF_ERROR(check_write_bounds("ucx", local, local_offset, remote, remote_offset, bytes));
   const int peer = remote.peer();  // in range: import_region() checked it
   Peer& p = peers_[peer];
   if (closed_ || !p.ep || p.bye_received || p.failed) return check_sendable(peer, "write");

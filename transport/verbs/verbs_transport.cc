@@ -34,6 +34,7 @@
 #include "transport/verbs/verbs_device.h"
 #include "transport/verbs/verbs_qp_settings.h"
 #include "transport/verbs/verbs_wire.h"
+#include "transport/write_bounds.h"
 
 namespace eagercomm {
 namespace {
@@ -1131,15 +1132,8 @@ Status VerbsTransport::write(const MemoryRegion& local, size_t local_offset,
     return Status(StatusCode::kInvalidArgument,
                   "verbs: write: a region was not made or imported by this verbs transport");
   }
-  if (local_offset > local.size() || bytes > local.size() - local_offset ||
-      remote_offset > remote.size() || bytes > remote.size() - remote_offset ||
-      bytes > UINT32_MAX) {
-    return make_status(StatusCode::kInvalidArgument,
-                       "verbs: write of %zu bytes out of bounds (local %zu+%zu of %zu, remote "
-                       "%zu+%zu of %zu)",
-                       bytes, local_offset, bytes, local.size(), remote_offset, bytes,
-                       remote.size());
-  }
+  EC_RETURN_IF_ERROR(
+      check_write_bounds("verbs", local, local_offset, remote, remote_offset, bytes, UINT32_MAX));
   if (bytes > max_message_) {
     return make_status(StatusCode::kInvalidArgument,
                        "verbs: write of %zu bytes exceeds the port's max message size (%u bytes, "
