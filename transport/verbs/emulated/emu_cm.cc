@@ -1,18 +1,14 @@
-// The emulated rdma_cm (emu_cm.h).
+// The emulated rdma_cm (emu_cm.h): ids, event channels and what each message does to them; the
+// messages themselves travel as emu_cm_wire.h says.
 #include "transport/verbs/emulated/emu_cm.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -21,132 +17,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/log.h"
-#include "transport/verbs/emulated/emu_port.h"
+#include "transport/verbs/emulated/emu_cm_wire.h"
 #include "transport/verbs/emulated/emu_verbs.h"
 
 namespace eagercomm::verbs::emu {
 namespace {
-
-constexpr uint64_t kInboxMagic = 0x6563766d'636d0001ull;  // "ecvmcm" + layout 1
-constexpr uint32_t kInboxSlots = 64;                      // power of two
-constexpr uint32_t kMaxPrivate = 196;
-
-enum class CmKind : uint32_t { kReq = 1, kRep, kRtu, kRej, kDreq };
-
-// One CM message, as it sits in an inbox or in a port's packet (trivially copyable).
-struct CmWire {
-  CmKind kind;
-  uint32_t src_port;  // the sender's channel
-  uint32_t src_id;
-  uint32_t dst_port;  // the receiver's channel
-  uint32_t dst_id;    // 0: the channel's listener (a REQ)
-  uint32_t qpn;
-  uint32_t psn;
-  uint8_t responder_resources;
-  uint8_t initiator_depth;
-  uint8_t retry_count;
-  uint8_t rnr_retry_count;
-  uint32_t private_len;
-  uint8_t private_data[kMaxPrivate];
-};
-static_assert(sizeof(CmWire) <= kChunk);
-
-struct InboxSlot {
-  std::atomic<uint64_t> seq;
-  CmWire msg;
-};
-
-struct Inbox {
-  std::atomic<uint64_t> magic;
-  int32_t pid;
-  uint32_t port;
-  alignas(64) std::atomic<uint64_t> tail;
-  alignas(64) uint64_t head;  // the owner's
-  InboxSlot ring[kInboxSlots];
-};
-
-std::string inbox_name(uint32_t port) {
-  return "/eagercomm-vemucm-" + std::to_string(getuid()) + "-" + std::to_string(port);
-}
-
-// Vyukov bounded queue, as the port's ring (emu_port.h).
-bool inbox_push(Inbox& box, const CmWire& m) {
-  uint64_t pos = box.tail.load(std::memory_order_relaxed);
-  for (;;) {
-    InboxSlot& s = box.ring[pos & (kInboxSlots - 1)];
-    const int64_t diff =
-        static_cast<int64_t>(s.seq.load(std::memory_order_acquire)) - static_cast<int64_t>(pos);
-    if (diff == 0) {
-      if (box.tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-        s.msg = m;
-        s.seq.store(pos + 1, std::memory_order_release);
-        return true;
-      }
-    } else if (diff < 0) {
-      return false;
-    } else {
-      pos = box.tail.load(std::memory_order_relaxed);
-    }
-  }
-}
-
-bool inbox_pop(Inbox& box, CmWire* out) {
-  InboxSlot& s = box.ring[box.head & (kInboxSlots - 1)];
-  if (s.seq.load(std::memory_order_acquire) != box.head + 1) return false;
-  *out = s.msg;
-  s.seq.store(box.head + kInboxSlots, std::memory_order_release);
-  ++box.head;
-  return true;
-}
-
-// Maps a peer's inbox (nullptr when no channel has that port).
-Inbox* map_inbox(uint32_t port, bool create) {
-  const std::string name = inbox_name(port);
-  int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT | O_TRUNC : 0), 0600);
-  if (fd < 0) return nullptr;
-  if (create && ftruncate(fd, sizeof(Inbox)) != 0) {
-    close(fd);
-    return nullptr;
-  }
-  void* p = mmap(nullptr, sizeof(Inbox), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) return nullptr;
-  auto* box = static_cast<Inbox*>(p);
-  if (!create && box->magic.load(std::memory_order_acquire) != kInboxMagic) {
-    munmap(p, sizeof(Inbox));
-    return nullptr;
-  }
-  return box;
-}
-
-// Leaves `m` in the inbox of channel m.dst_port. False when there is none (or it stays full).
-bool send_to_inbox(const CmWire& m) {
-  Inbox* box = map_inbox(m.dst_port, false);
-  if (box == nullptr) return false;
-  bool sent = false;
-  for (int tries = 0; tries < 1000 && !(sent = inbox_push(*box, m)); ++tries) usleep(100);
-  munmap(box, sizeof(Inbox));
-  return sent;
-}
-
-// Leaves `m` in the ring of port `lid`, behind the data already sent to it.
-bool send_through_port(uint32_t lid, const CmWire& m) {
-  Result<std::unique_ptr<Port>> port = Port::attach(lid);
-  if (!port.ok()) return false;
-  bool sent = false;
-  for (int tries = 0; tries < 1000 && !sent; ++tries) {
-    sent = port.value()->push([&m](Packet& p) {
-      p.kind = PacketKind::kCm;
-      p.flags = 0;
-      p.len = sizeof(CmWire);
-      std::memcpy(p.data, &m, sizeof(CmWire));
-    });
-    if (!sent) usleep(100);
-  }
-  if (sent) port.value()->ring_doorbell();
-  return sent;
-}
 
 struct Channel;
 
@@ -382,34 +257,6 @@ void on_message(Channel& ch, const CmWire& m) {
 
 // ---- the table's functions ----
 
-// Inboxes left by killed processes (a destroyed channel unlinks its own). An inbox belongs to
-// whoever holds its TCP port: one this process can bind has no channel, and while bound here no
-// channel can be made on that port and recreate the inbox, so the unlink races with nobody.
-void reclaim_dead_inboxes() {
-  const std::string prefix = "eagercomm-vemucm-" + std::to_string(getuid()) + "-";
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return;
-  while (const dirent* e = readdir(dir)) {
-    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
-    char* end = nullptr;
-    const unsigned long port = std::strtoul(e->d_name + prefix.size(), &end, 10);
-    if (end == e->d_name + prefix.size() || *end != '\0' || port == 0 || port > 65535) continue;
-    const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0) continue;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-      shm_unlink(inbox_name(static_cast<uint32_t>(port)).c_str());
-      EC_DEBUG(kNet, "emulated rdma_cm: reclaimed the inbox of port %lu (its process is gone)",
-               port);
-    }
-    close(s);
-  }
-  closedir(dir);
-}
-
 rdma_event_channel* create_event_channel() {
   reclaim_dead_inboxes();
   // The kernel hands out the port, so it is unique on the host while the socket lives.
@@ -427,23 +274,14 @@ rdma_event_channel* create_event_channel() {
   auto ch = std::make_unique<Channel>();
   ch->reservation = s;
   ch->port = ntohs(a.sin_port);
-  // An inbox of that name is a leftover of a dead process (the port is ours now): reset.
-  ch->inbox = map_inbox(ch->port, true);
   const int fd = eventfd(0, EFD_CLOEXEC);
-  if (ch->inbox == nullptr || fd < 0) {
-    if (ch->inbox != nullptr) munmap(ch->inbox, sizeof(Inbox));
+  ch->inbox = fd >= 0 ? create_inbox(ch->port) : nullptr;
+  if (ch->inbox == nullptr) {
     if (fd >= 0) close(fd);
     close(s);
     errno = ENOMEM;
     return nullptr;
   }
-  Inbox& box = *ch->inbox;
-  box.pid = static_cast<int32_t>(getpid());
-  box.port = ch->port;
-  box.head = 0;
-  box.tail.store(0, std::memory_order_relaxed);
-  for (uint32_t i = 0; i < kInboxSlots; ++i) box.ring[i].seq.store(i, std::memory_order_relaxed);
-  box.magic.store(kInboxMagic, std::memory_order_release);
   auto handle = std::make_unique<ChannelHandle>();
   handle->first.fd = fd;
   handle->second = ch.get();
@@ -478,8 +316,7 @@ void destroy_event_channel(rdma_event_channel* c) {
     std::unique_ptr<CmId> impl(id);
   }
   ch->ids.clear();
-  shm_unlink(inbox_name(ch->port).c_str());
-  munmap(ch->inbox, sizeof(Inbox));
+  remove_inbox(ch->port, ch->inbox);
   close(ch->reservation);
   close(c->fd);
 }
@@ -554,8 +391,8 @@ int resolve_addr(rdma_cm_id* handle, sockaddr* src, sockaddr* dst, int timeout_m
   bind_to_device(id);
   id.dst_port = port_of(dst);
   id.state = IdState::kResolved;
-  Inbox* box = map_inbox(id.dst_port, false);
-  if (box != nullptr) munmap(box, sizeof(Inbox));
+  Inbox* box = attach_inbox(id.dst_port);
+  if (box != nullptr) unmap_inbox(box);
   push_event(*id.channel, &id,
              box != nullptr ? RDMA_CM_EVENT_ADDR_RESOLVED : RDMA_CM_EVENT_ADDR_ERROR,
              box != nullptr ? 0 : -ECONNREFUSED);
