@@ -19,6 +19,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 
 #include "runtime/status.h"
@@ -122,5 +124,8 @@ Result<VerbsApi> load_verbs_api(const char* ibverbs_library, const char* rdmacm_
 // The system's rdma-core (libibverbs.so.1, librdmacm.so.1), loaded once per process and logged
 // once; later calls return the same table or the same error.
 Result<const VerbsApi*> system_verbs_api();
+
+// strerror(errno): the cause a failed rdma-core call left there.
+inline std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace eagercomm::verbs
