@@ -34,6 +34,9 @@
 // Failures: a send completion with an error (retry exceeded: the peer is gone) marks the peer
 // failed and queues one kPeerError; later write()/notify() to it return kPeerFailed.
 //
+// The code: verbs_transport_impl.h names the files the class is spread over and the parts with
+// their own state.
+//
 // Status: compiled and its device-free parts unit-tested (wire formats, credits, device choice);
 // it has not run on RDMA hardware yet (the development machine's kernel has no RDMA support).
 #pragma once

@@ -80,8 +80,12 @@ std::string port_name(uint32_t lid) {
   return "/eagercomm-vemu-" + std::to_string(getuid()) + "-" + std::to_string(lid);
 }
 
-Port::Port(PortShared* shared, uint32_t lid, bool owner, std::string name, int owner_fd)
-    : shared_(shared), lid_(lid), owner_(owner), name_(std::move(name)), owner_fd_(owner_fd) {}
+Port::Port(PortShared* shared, uint32_t lid, Role role, std::string name, int owner_fd)
+    : shared_(shared),
+      lid_(lid),
+      owner_(role == Role::kOwner),
+      name_(std::move(name)),
+      owner_fd_(owner_fd) {}
 
 Port::~Port() {
   if (owner_) {
@@ -132,7 +136,7 @@ Result<std::unique_ptr<Port>> Port::create() {
     for (uint32_t i = 0; i < kRingSlots; ++i) s->ring[i].seq.store(i, std::memory_order_relaxed);
     s->version = kVersion;
     reinterpret_cast<std::atomic<uint64_t>*>(&s->magic)->store(kMagic, std::memory_order_release);
-    return std::unique_ptr<Port>(new Port(s, lid, true, name, fd));
+    return std::unique_ptr<Port>(new Port(s, lid, Role::kOwner, name, fd));
   }
   return Status(StatusCode::kUnavailable, "emulated verbs: every LID of this host is taken");
 }
@@ -154,7 +158,7 @@ Result<std::unique_ptr<Port>> Port::attach(uint32_t lid) {
   close(fd);
   if (!mapped.ok()) return mapped.status();
   PortShared* s = mapped.value();
-  auto port = std::unique_ptr<Port>(new Port(s, lid, false, name, -1));
+  auto port = std::unique_ptr<Port>(new Port(s, lid, Role::kPeer, name, -1));
   const uint64_t magic =
       reinterpret_cast<std::atomic<uint64_t>*>(&s->magic)->load(std::memory_order_acquire);
   if (magic != kMagic || s->version != kVersion || s->lid != lid) {

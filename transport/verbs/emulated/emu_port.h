@@ -120,7 +120,8 @@ class Port {
   void release();
 
  private:
-  Port(PortShared* shared, uint32_t lid, bool owner, std::string name, int owner_fd);
+  enum class Role : uint8_t { kOwner, kPeer };  // this process's own port, or a peer's
+  Port(PortShared* shared, uint32_t lid, Role role, std::string name, int owner_fd);
   PortShared* shared_;
   uint32_t lid_;
   bool owner_;
