@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/hash.h"
 #include "runtime/log.h"
 
 extern char** environ;  // POSIX: the process environment, declared by no standard header.
@@ -23,15 +24,6 @@ using Env = std::map<std::string, std::string>;
 constexpr int kMaxRanks = 1 << 24;  // the config table's bound for EAGERCOMM_SIZE
 constexpr uint32_t kDefaultStorePort = 29400;
 constexpr size_t kMaxJobIdChars = 128;  // shm segment names must stay under NAME_MAX
-
-uint64_t fnv1a(std::string_view text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string hex64(uint64_t v) {
   char buf[17];
