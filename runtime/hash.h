@@ -1,7 +1,8 @@
-// FNV-1a, 64 bits: the one hash behind job ids (launch_env.cc), shm segment names (the scope
-// hash), ucx's wire checksums and its host word. Its values are names and wire formats that
-// ranks compare with each other: never change them (tests/hash_test.cc pins known vectors).
-// Not for anything an attacker chooses to collide: a checksum against mistakes only.
+// FNV-1a, 64 bits: the one hash behind shm segment names (the scope hash), ucx's wire
+// checksums and its host word, and job ids (launch_env.cc, with the basis below). Its values are
+// names and wire formats that ranks compare with each other: never change them
+// (tests/hash_test.cc pins them). Not for anything an attacker chooses to collide: a check
+// against mistakes only.
 #pragma once
 
 #include <cstddef>
@@ -20,10 +21,18 @@ inline uint64_t fnv1a(const void* data, size_t bytes) {
   return h;
 }
 
-constexpr uint64_t fnv1a(std::string_view text) {
-  uint64_t h = kFnv1aOffsetBasis;
+constexpr uint64_t fnv1a(std::string_view text, uint64_t basis = kFnv1aOffsetBasis) {
+  uint64_t h = basis;
   for (const char c : text) h = (h ^ static_cast<uint8_t>(c)) * kFnv1aPrime;
   return h;
 }
+
+// The offset basis job ids have always been hashed with: FNV's with its last digit lost
+// (14695981039346656037 -> 1469598103934665603). Not standard FNV-1a, but a job id names the
+// job's shared-memory segments, which launchers and ranks compute each on their own: it stays.
+inline constexpr uint64_t kJobIdHashBasis = 1469598103934665603ull;
+
+// The hash in job ids (launch_env.cc: overlong ids, ids made from the store's address).
+constexpr uint64_t job_id_hash(std::string_view text) { return fnv1a(text, kJobIdHashBasis); }
 
 }  // namespace eagercomm

@@ -44,7 +44,7 @@ std::string sanitize_job_id(std::string_view raw) {
     if (!job_id_char(c)) c = '_';
   }
   if (out.size() > kMaxJobIdChars)
-    out = out.substr(0, kMaxJobIdChars - 17) + "-" + hex64(fnv1a(raw));
+    out = out.substr(0, kMaxJobIdChars - 17) + "-" + hex64(job_id_hash(raw));
   return out;
 }
 
@@ -163,7 +163,7 @@ std::string unique_local_job_id() {
 }
 
 std::string address_job_id(const std::string& host, uint32_t port) {
-  return "job-" + hex64(fnv1a(host + ":" + std::to_string(port)));
+  return "job-" + hex64(job_id_hash(host + ":" + std::to_string(port)));
 }
 
 // ---- 1. eagercomm-run or explicit EAGERCOMM_* variables ----
