@@ -3,39 +3,11 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/deadline.h"
 #include "runtime/log.h"
 #include "transport/ucx/ucx_transport_impl.h"
 #include "transport/ucx/ucx_wire.h"
 
 namespace eagercomm::ucx {
-
-Status UcxTransport::check_peer(int peer, const char* what) const {
-  if (peer >= 0 && peer < size()) return Status::Ok();
-  return make_status(StatusCode::kInvalidArgument, "ucx: %s: peer rank %d out of range [0, %d)",
-                     what, peer, size());
-}
-
-Status UcxTransport::check_sendable(int peer, const char* what) const {
-  EC_RETURN_IF_ERROR(check_peer(peer, what));
-  const Peer& p = peers_[peer];
-  if (closed_) {
-    return make_status(StatusCode::kAborted, "ucx: %s: this transport was closed", what);
-  }
-  if (!p.ep) {
-    return make_status(StatusCode::kInvalidArgument,
-                       "ucx: %s: rank %d is not connected (connect() it first)", what, peer);
-  }
-  if (p.bye_received) {
-    return make_status(StatusCode::kPeerFailed, "ucx: %s: rank %d has closed its transport", what,
-                       peer);
-  }
-  if (p.failed) {
-    return make_status(StatusCode::kPeerFailed, "ucx: %s: the connection to rank %d failed", what,
-                       peer);
-  }
-  return Status::Ok();
-}
 
 Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
   EC_RETURN_IF_ERROR(check_peer(peer, "connect"));
@@ -119,21 +91,6 @@ void UcxTransport::peer_failed(int peer, ucs_status_t status, const char* what) 
   EC_ERROR(kNet, "ucx: rank %d: %s to rank %d failed: %s; the peer is treated as lost", rank(),
            what, peer, ucs_status_string(status));
   done_.push(TransportCompletion::Kind::kPeerError, peer, 0, 0);
-}
-
-void UcxTransport::probe_peers() {
-  const auto now = std::chrono::steady_clock::now();
-  if (now < next_probe_) return;
-  next_probe_ = deadline_after(kLivenessInterval, now);
-  for (Peer& p : peers_) {
-    if (!p.live.valid() || p.failed || p.bye_received || !p.ep) continue;
-    if (p.live.check() != LivenessWatch::State::kDead) continue;
-    p.live.reap();  // nothing left in /dev/shm, launcher or not
-    p.failed = true;
-    p.failed_why = "ucx: rank " + std::to_string(p.rank) + "'s process is gone (killed or crashed)";
-    EC_ERROR(kNet, "ucx: rank %d: rank %d's process is gone (killed or crashed)", rank(), p.rank);
-    done_.push(TransportCompletion::Kind::kPeerError, p.rank, 0, 0);
-  }
 }
 
 // Runs inside the driver's ucp_worker_progress() (or our destructor's).
