@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/hash.h"
 #include "runtime/log.h"
 
 extern char** environ;  // POSIX: the process environment, declared by no standard header.
@@ -23,15 +24,6 @@ using Env = std::map<std::string, std::string>;
 constexpr int kMaxRanks = 1 << 24;  // the config table's bound for EAGERCOMM_SIZE
 constexpr uint32_t kDefaultStorePort = 29400;
 constexpr size_t kMaxJobIdChars = 128;  // shm segment names must stay under NAME_MAX
-
-uint64_t fnv1a(std::string_view text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string hex64(uint64_t v) {
   char buf[17];
@@ -52,7 +44,7 @@ std::string sanitize_job_id(std::string_view raw) {
     if (!job_id_char(c)) c = '_';
   }
   if (out.size() > kMaxJobIdChars)
-    out = out.substr(0, kMaxJobIdChars - 17) + "-" + hex64(fnv1a(raw));
+    out = out.substr(0, kMaxJobIdChars - 17) + "-" + hex64(job_id_hash(raw));
   return out;
 }
 
@@ -171,7 +163,7 @@ std::string unique_local_job_id() {
 }
 
 std::string address_job_id(const std::string& host, uint32_t port) {
-  return "job-" + hex64(fnv1a(host + ":" + std::to_string(port)));
+  return "job-" + hex64(job_id_hash(host + ":" + std::to_string(port)));
 }
 
 // ---- 1. eagercomm-run or explicit EAGERCOMM_* variables ----

@@ -1,10 +1,7 @@
 #include "transport/registry.h"
 
-#include <unistd.h>
-
-#include <fstream>
-
 #include "runtime/build_config.h"
+#include "runtime/host_identity.h"
 #include "runtime/log.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/shm/shm_transport.h"
@@ -95,16 +92,6 @@ std::vector<TransportInfo> list_transports() {
     out.push_back(std::move(info));
   }
   return out;
-}
-
-std::string host_identity() {
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  char ipc[128] = {};
-  const ssize_t n = readlink("/proc/self/ns/ipc", ipc, sizeof(ipc) - 1);
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return boot + "/" + (n > 0 ? std::string(ipc, n) : std::string("?")) + "/" + host;
 }
 
 Result<std::string> resolve_transport_name(std::string_view name, const TransportParams& params) {

@@ -46,7 +46,4 @@ Result<std::unique_ptr<Transport>> create_transport(std::string_view name,
 // params.store under params.scope: "auto" is collective.
 Result<std::string> resolve_transport_name(std::string_view name, const TransportParams& params);
 
-// What identifies the host for shared memory: boot id + IPC namespace (+ host name, for logs).
-std::string host_identity();
-
 }  // namespace eagercomm

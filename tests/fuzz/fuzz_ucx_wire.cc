@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "transport/shm/shm_ring.h"
+#include "transport/notify_ring/notify_ring.h"
 #include "transport/ucx/ucx_wire.h"
 
 using namespace eagercomm;
@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto a = ucx_decode_address(blob, peer); a.ok()) {
     const UcxAddress& d = a.value();
     if (d.header.rank != peer || !inside(d.worker_address, blob) || !inside(d.notify_key, blob) ||
-        !shm_ring::valid_capacity(d.header.ring_capacity)) {
+        !notify_ring::valid_capacity(d.header.ring_capacity)) {
       std::abort();
     }
     if (!same_but(ucx_encode_address(d.header, d.worker_address, d.notify_key), blob, 6, 8)) {

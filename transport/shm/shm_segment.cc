@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstring>
 
+#include "runtime/hash.h"
 #include "runtime/log.h"
 #include "transport/shm/shm_segment_header.h"
 
@@ -59,11 +60,7 @@ std::string shm_sanitize_job_id(std::string_view job_id) {
 }
 
 std::string shm_scope_hash(std::string_view scope) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
-  for (unsigned char c : scope) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
+  const uint64_t h = fnv1a(scope);
   char buf[17];
   snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
   return buf;

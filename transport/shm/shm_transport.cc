@@ -9,14 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/deadline.h"
 #include "runtime/event_count.h"
 #include "runtime/log.h"
 #include "transport/cuda_ipc/cuda_ipc_key.h"
 #include "transport/cuda_ipc/cuda_ipc_region.h"
 #include "transport/local_completions.h"
+#include "transport/notify_ring/ring_block.h"
 #include "transport/peer_liveness.h"
 #include "transport/shm/shm_reclaim.h"
-#include "transport/shm/shm_ring.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/write_bounds.h"
 
@@ -33,7 +34,8 @@ constexpr unsigned kIdlePollsPerClockRead = 64;
 
 std::string beacon_name(const std::string& control_segment) { return control_segment + "-live"; }
 
-// The start of a control segment's payload; the rings follow at kControlBlockBytes.
+// The start of a control segment's payload, the header of its ring block (ring_block.h): the
+// rings follow at kControlBlockBytes.
 struct ControlBlock {
   uint32_t world_size;     // written once by the owner before its address is published
   uint32_t ring_capacity;  // likewise
@@ -46,11 +48,9 @@ struct ControlBlock {
 };
 constexpr size_t kControlBlockBytes = (sizeof(ControlBlock) + 63) / 64 * 64;
 
-size_t ring_offset(int sender, uint32_t capacity) {
-  return kControlBlockBytes + static_cast<size_t>(sender) * shm_ring::ring_bytes(capacity);
+size_t control_bytes(int world, uint32_t capacity) {
+  return notify_ring::block_bytes(kControlBlockBytes, world, capacity);
 }
-
-size_t control_bytes(int world, uint32_t capacity) { return ring_offset(world, capacity); }
 
 std::atomic<uint64_t> g_next_transport_id{1};
 
@@ -199,7 +199,7 @@ class ShmTransport final : public Transport {
                          "shm: rank %d was started with world size %u, this rank (%d) with %d",
                          peer, world, rank(), size());
     }
-    if (!shm_ring::valid_capacity(capacity) ||
+    if (!notify_ring::valid_capacity(capacity) ||
         segment->payload_bytes() != control_bytes(size(), capacity)) {
       return make_status(StatusCode::kProtocolError,
                          "shm: the control segment %s of rank %d is malformed (ring capacity "
@@ -217,7 +217,7 @@ class ShmTransport final : public Transport {
     }
     out.live = std::move(live.value());
     auto* block = reinterpret_cast<ControlBlock*>(segment->payload());
-    out.ring = shm_ring::Producer(segment->payload() + ring_offset(rank(), capacity), capacity);
+    out.ring = notify_ring::producer_at(segment->payload(), kControlBlockBytes, rank(), capacity);
     out.block = block;
     out.event = &block->event;
     out.segment = std::move(segment);
@@ -286,21 +286,15 @@ class ShmTransport final : public Transport {
       const int sender = (poll_start_ + k) % world;
       Inbox& in = in_[sender];
       if (in.failed.load(std::memory_order_relaxed)) continue;
-      bool popped = false;
-      uint32_t tag = 0;
-      int got = 0;
-      while (n < out.size() && (got = in.ring.try_pop(tag)) > 0) {
-        out[n++] = TransportCompletion{TransportCompletion::Kind::kNotify, sender, tag, 0};
-        popped = true;
-      }
-      if (popped) in.ring.publish();
-      if (got < 0) {
+      const notify_ring::Drained d = notify_ring::drain(in.ring, sender, out.subspan(n));
+      n += d.count;
+      if (d.corrupt) {
         EC_ERROR(kNet,
                  "shm: rank %d's notification ring in rank %d's control segment %s holds "
                  "impossible entries; ignoring that rank from now on",
                  sender, rank(), control_->name().c_str());
         in.failed.store(true, std::memory_order_release);
-        // try_pop() only runs with room in `out`, so there is room for this too.
+        // A corrupt ring is only found with room in `out` (drain()), so there is room for this.
         out[n++] = TransportCompletion{TransportCompletion::Kind::kPeerError, sender, 0, 0};
       }
     }
@@ -316,6 +310,8 @@ class ShmTransport final : public Transport {
     return n;
   }
 
+  // The sleeper rule of notify_ring/sleepers.h, with the control block's EventCount as the word:
+  // announced (prepare_wait), then the rings looked at; push() rings the EventCount.
   void wait(std::chrono::nanoseconds timeout) override {
     if (block_->woken.exchange(0, std::memory_order_acq_rel) != 0) return;
     const EventCount::Ticket ticket = block_->event.prepare_wait();
@@ -366,7 +362,7 @@ class ShmTransport final : public Transport {
   // This rank's sending side towards one peer: its ring in the peer's control segment.
   struct Outbox {
     std::unique_ptr<ShmSegment> segment;  // the peer's control segment (none for this rank)
-    shm_ring::Producer ring;
+    notify_ring::Producer ring;
     ControlBlock* block = nullptr;  // the peer's (this rank's own for itself)
     EventCount* event = nullptr;
     std::vector<uint8_t> address;  // what connect() was given, for idempotence
@@ -376,7 +372,7 @@ class ShmTransport final : public Transport {
   };
   // One sender's ring in this rank's control segment.
   struct Inbox {
-    shm_ring::Consumer ring;
+    notify_ring::Consumer ring;
     std::atomic<bool> failed{false};  // read by wait() on any thread
   };
 
@@ -394,10 +390,10 @@ class ShmTransport final : public Transport {
         out_(params.size),
         in_(std::make_unique<Inbox[]>(params.size)) {
     for (int s = 0; s < params.size; ++s) {
-      in_[s].ring = shm_ring::Consumer(control_->payload() + ring_offset(s, capacity), capacity);
+      in_[s].ring = notify_ring::consumer_at(control_->payload(), kControlBlockBytes, s, capacity);
     }
     Outbox& self = out_[rank()];
-    self.ring = shm_ring::Producer(control_->payload() + ring_offset(rank(), capacity), capacity);
+    self.ring = notify_ring::producer_at(control_->payload(), kControlBlockBytes, rank(), capacity);
     self.block = block_;
     self.event = &block_->event;
     self.address = address_;
@@ -462,11 +458,11 @@ class ShmTransport final : public Transport {
     }
     if (!out.failed.ok()) return out.failed;
     switch (out.ring.room()) {
-      case shm_ring::Room::kOk:
+      case notify_ring::Room::kOk:
         return Status::Ok();
-      case shm_ring::Room::kFull:
+      case notify_ring::Room::kFull:
         return Status(StatusCode::kBusy, {});
-      case shm_ring::Room::kCorrupt:
+      case notify_ring::Room::kCorrupt:
         break;
     }
     out.failed = make_status(StatusCode::kProtocolError,
@@ -482,7 +478,7 @@ class ShmTransport final : public Transport {
   size_t probe_peers(std::span<TransportCompletion> out) {
     const auto now = std::chrono::steady_clock::now();
     if (now < next_probe_) return 0;
-    next_probe_ = now + kLivenessInterval;
+    next_probe_ = deadline_after(kLivenessInterval, now);
     size_t n = 0;
     for (int peer = 0; peer < size() && n < out.size(); ++peer) {
       Outbox& o = out_[peer];
@@ -569,9 +565,7 @@ Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportParams& p
   std::construct_at(&block->event);
   std::construct_at(&block->woken, 0u);
   std::construct_at(&block->closed, 0u);
-  for (int s = 0; s < params.size; ++s) {
-    shm_ring::init(control->payload() + ring_offset(s, capacity), capacity);
-  }
+  notify_ring::init_rings(control->payload(), kControlBlockBytes, params.size, capacity);
   EC_INFO(kNet, "shm: rank %d of %d: control segment %s, %u-entry rings", params.rank, params.size,
           name.c_str(), capacity);
   auto transport = std::unique_ptr<ShmTransport>(
@@ -617,12 +611,7 @@ Result<std::string> job_for(const TransportParams& params) {
 
 }  // namespace
 
-uint32_t shm_ring_capacity_for(uint32_t slots) {
-  const uint64_t need = std::max<uint64_t>(64, uint64_t{4} * slots + 64);
-  uint64_t capacity = shm_ring::kMinCapacity;
-  while (capacity < need && capacity < shm_ring::kMaxCapacity) capacity *= 2;
-  return static_cast<uint32_t>(capacity);
-}
+uint32_t shm_ring_capacity_for(uint32_t slots) { return notify_ring::capacity_for(slots); }
 
 Result<std::unique_ptr<Transport>> create_shm_transport(const TransportParams& params) {
   if (params.store == nullptr || params.config == nullptr) {

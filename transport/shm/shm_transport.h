@@ -2,8 +2,8 @@
 //
 // Each rank creates a control segment (shm_segment.h) holding its EventCount, a sticky "woken"
 // word, and one single-producer single-consumer ring of notification tags per sender
-// (shm_ring.h). local_address() is the control segment's key; connect(peer, address) maps the
-// peer's control segment, after which this rank produces into its own ring there.
+// (transport/notify_ring/). local_address() is the control segment's key; connect(peer, address)
+// maps the peer's control segment, after which this rank produces into its own ring there.
 //
 //   allocate(bytes, kHost)  a new zero-filled segment; its remote key names it, and
 //                           import_region() maps it (one mapping per segment and importer,

@@ -54,7 +54,7 @@
 // Thread-safety: the Transport contract. One driver thread at a time calls everything but
 // wait() and wake(), which any thread may call concurrently with the driver: the worker runs
 // in UCS_THREAD_MODE_MULTI, so the ucp_worker_arm() that wait() needs before sleeping is
-// serialized by UCX with the driver's ucp_worker_progress(). See wait() in the .cc.
+// serialized by UCX with the driver's ucp_worker_progress(). See wait() in ucx_wait.cc.
 //
 // Between network namespaces (UCX_TLS=tcp): UCX lists network devices from /sys/class/net, so
 // each process must see its own namespace's sysfs (`ip netns exec` remounts /sys; a bare
@@ -77,7 +77,8 @@ struct UcxTransportOptions {
   // 0: max(1024, 4 * size * EAGERCOMM_SLOTS + 256), enough for every peer's mailbox traffic.
   size_t max_outstanding = 0;
   // How long destruction waits for the close handshake and for endpoints to flush and close
-  // (peers answer from their poll(), so a peer that does not poll costs this much).
+  // (peers answer from their poll(), so a peer that does not poll costs this much). Zero or
+  // negative: no limit, as every timeout of the runtime (deadline_after(), runtime/deadline.h).
   std::chrono::milliseconds close_timeout{5000};
 };
 

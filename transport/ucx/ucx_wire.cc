@@ -3,8 +3,9 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/hash.h"
 #include "runtime/memory.h"
-#include "transport/shm/shm_ring.h"
+#include "transport/notify_ring/notify_ring.h"
 
 namespace eagercomm {
 namespace {
@@ -32,12 +33,6 @@ Result<Header> read_blob_header(std::span<const uint8_t> blob, uint32_t magic,
 
 }  // namespace
 
-uint64_t ucx_fnv1a(const uint8_t* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
 std::vector<uint8_t> ucx_encode_address(UcxAddressHeader header,
                                         std::span<const uint8_t> worker_address,
                                         std::span<const uint8_t> notify_key) {
@@ -52,7 +47,7 @@ std::vector<uint8_t> ucx_encode_address(UcxAddressHeader header,
   header.reserved = 0;
   header.worker_bytes = static_cast<uint32_t>(worker_address.size());
   header.notify_key_bytes = static_cast<uint32_t>(notify_key.size());
-  header.checksum = ucx_fnv1a(body, out.size() - sizeof(header));
+  header.checksum = fnv1a(body, out.size() - sizeof(header));
   std::memcpy(out.data(), &header, sizeof(header));
   return out;
 }
@@ -68,8 +63,8 @@ Result<UcxAddress> ucx_decode_address(std::span<const uint8_t> blob, int peer) {
   }
   const std::span<const uint8_t> body = blob.subspan(sizeof(h));
   if (uint64_t{h.worker_bytes} + h.notify_key_bytes != body.size() ||
-      h.checksum != ucx_fnv1a(body.data(), body.size()) ||
-      !shm_ring::valid_capacity(h.ring_capacity)) {
+      h.checksum != fnv1a(body.data(), body.size()) ||
+      !notify_ring::valid_capacity(h.ring_capacity)) {
     return make_status(StatusCode::kProtocolError,
                        "ucx: address of rank %d is truncated or corrupt (%zu bytes after the "
                        "header, which says %u + %u; ring capacity %u)",
@@ -87,7 +82,7 @@ std::vector<uint8_t> ucx_encode_key(UcxKeyHeader header, std::span<const uint8_t
   header.version = kUcxFormatVersion;
   header.reserved = 0;
   header.rkey_bytes = static_cast<uint32_t>(packed_rkey.size());
-  header.checksum = ucx_fnv1a(packed_rkey.data(), packed_rkey.size());
+  header.checksum = fnv1a(packed_rkey.data(), packed_rkey.size());
   std::memcpy(out.data(), &header, sizeof(header));
   return out;
 }
@@ -108,7 +103,7 @@ Result<UcxKey> ucx_decode_key(std::span<const uint8_t> blob, int peer, uint64_t 
                        peer);
   }
   const std::span<const uint8_t> rkey = blob.subspan(sizeof(h));
-  if (h.rkey_bytes != rkey.size() || h.checksum != ucx_fnv1a(rkey.data(), rkey.size())) {
+  if (h.rkey_bytes != rkey.size() || h.checksum != fnv1a(rkey.data(), rkey.size())) {
     return make_status(StatusCode::kProtocolError,
                        "ucx: remote key from rank %d is truncated or corrupt (%zu rkey bytes, "
                        "header says %u)",

@@ -33,7 +33,7 @@ struct UcxAddressHeader {
   int32_t rank;
   uint32_t worker_bytes;
   uint64_t instance;  // random per transport: keys must come from the instance we connected to
-  uint64_t host;      // host_identity(): peers on other hosts never share memory with us
+  uint64_t host;      // host_identity_hash(): peers on other hosts never share memory with us
   uint32_t notify_key_bytes;  // the notification region's key follows the worker address
   uint32_t ring_capacity;     // entries of each ring in it
   uint64_t checksum;          // of the worker address and the key (ucp_ep_create trusts its input)
@@ -53,9 +53,6 @@ struct UcxKeyHeader {
   uint64_t checksum;  // of the packed rkey, which ucp_ep_rkey_unpack parses without a length
 };
 static_assert(sizeof(UcxKeyHeader) == 48);
-
-// FNV-1a 64 of `n` bytes.
-uint64_t ucx_fnv1a(const uint8_t* p, size_t n);
 
 // An address: `header`'s rank, instance, host and ring_capacity as given; the rest is filled in.
 std::vector<uint8_t> ucx_encode_address(UcxAddressHeader header,

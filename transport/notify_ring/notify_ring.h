@@ -1,6 +1,7 @@
-// A single-producer single-consumer ring of 32-bit notification tags in shared memory, the
-// notification channel of the `shm` transport: one ring per (sender, receiver) pair, living in
-// the receiver's control segment.
+// A single-producer single-consumer ring of 32-bit notification tags in shared memory: the
+// notification channel of the `shm` transport and of `ucx` between ranks that map each other's
+// memory. One ring per (sender, receiver) pair, in a block of the receiver's memory
+// (ring_block.h); a receiver about to sleep is woken as sleepers.h says.
 //
 // Layout (ring_bytes(capacity)): the consumer's head index on its own cache line, then
 // `capacity` 64-bit entries. An entry holds a tag and the sequence number of its position
@@ -33,7 +34,7 @@
 #include <cstdint>
 #include <memory>
 
-namespace eagercomm::shm_ring {
+namespace eagercomm::notify_ring {
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(sizeof(std::atomic<uint64_t>) == 8);
@@ -147,4 +148,4 @@ class Consumer {
   uint64_t head_ = 0;  // authoritative: only this side pops
 };
 
-}  // namespace eagercomm::shm_ring
+}  // namespace eagercomm::notify_ring
