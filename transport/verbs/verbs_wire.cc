@@ -5,6 +5,8 @@
 #include <string>
 #include <type_traits>
 
+#include "runtime/hash.h"
+
 namespace eagercomm::verbs {
 namespace {
 
@@ -15,12 +17,6 @@ constexpr uint32_t kHelloMagic = 0x45435648;    // "ECVH"
 constexpr uint16_t kVersion = 3;  // 3: the GID type
 // The most ranks an address may describe: bounds what a decoder allocates for a peer's blob.
 constexpr uint32_t kMaxRanks = 1u << 20;
-
-uint64_t fnv1a(const uint8_t* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
 
 // Little-endian fields appended to a byte vector.
 class Writer {
