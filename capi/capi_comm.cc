@@ -4,6 +4,7 @@
 #include <string>
 
 #include "capi/capi_internal.h"
+#include "collectives/communicator_impl.h"
 #include "runtime/config.h"
 #include "runtime/tcp_store.h"
 

@@ -105,17 +105,15 @@ Result<PartialAllreduce*> partial_of(const ec_partial* pa) {
 
 Result<std::chrono::nanoseconds> to_timeout(int64_t timeout_ms) {
   if (timeout_ms == EC_TIMEOUT_DEFAULT) return kConfiguredTimeout;
-  if (timeout_ms == EC_TIMEOUT_INFINITE) return std::chrono::nanoseconds::zero();
+  if (timeout_ms == EC_TIMEOUT_INFINITE) return kWaitForever;
   if (timeout_ms < 0) {
     return make_status(StatusCode::kInvalidArgument,
-                       "timeout_ms %lld is negative (EC_TIMEOUT_INFINITE is -1, "
-                       "EC_TIMEOUT_DEFAULT 0)",
+                       "timeout_ms %lld is negative (EC_WAIT_FOREVER: no limit, "
+                       "EC_TIMEOUT_DEFAULT: EAGERCOMM_TIMEOUT)",
                        static_cast<long long>(timeout_ms));
   }
-  if (timeout_ms > INT64_MAX / 1000000) {
-    return make_status(StatusCode::kInvalidArgument, "timeout_ms %lld is too large",
-                       static_cast<long long>(timeout_ms));
-  }
+  // EC_WAIT_FOREVER, and any limit the clock cannot count up to, is no limit.
+  if (timeout_ms > kWaitForever.count() / 1000000) return kWaitForever;
   return std::chrono::nanoseconds(std::chrono::milliseconds(timeout_ms));
 }
 

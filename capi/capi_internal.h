@@ -64,8 +64,9 @@ Result<ReduceOp> to_op(ec_op op);
 Result<Communicator*> comm_of(const ec_comm* comm);
 Result<PartialAllreduce*> partial_of(const ec_partial* pa);
 
-// The C++ timeout argument for timeout_ms (see eagercomm.h, "Timeouts"): kConfiguredTimeout
-// for EC_TIMEOUT_DEFAULT, zero (forever) for EC_TIMEOUT_INFINITE; kInvalidArgument below -1.
+// The C++ timeout argument for timeout_ms (eagercomm.h, "Timeouts"): kConfiguredTimeout for
+// EC_TIMEOUT_DEFAULT, kWaitForever for EC_WAIT_FOREVER and EC_TIMEOUT_INFINITE; kInvalidArgument
+// for other negative values.
 Result<std::chrono::nanoseconds> to_timeout(int64_t timeout_ms);
 
 }  // namespace eagercomm::capi

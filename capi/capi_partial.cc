@@ -142,9 +142,7 @@ ec_status ec_partial_wait(ec_partial* pa, void* result, size_t count, ec_round_i
     EC_ASSIGN_OR_RETURN(PartialAllreduce * p, partial_of(pa));
     EC_RETURN_IF_ERROR(check_result_buffer(*p, result, count));
     EC_ASSIGN_OR_RETURN(std::chrono::nanoseconds timeout, to_timeout(timeout_ms));
-    // PartialAllreduce::wait(timeout) takes 0 for forever but knows no kConfiguredTimeout.
-    EC_ASSIGN_OR_RETURN(RoundResult r,
-                        timeout == kConfiguredTimeout ? p->wait() : p->wait(timeout));
+    EC_ASSIGN_OR_RETURN(RoundResult r, p->wait(timeout));
     hand_back(r, result, info);
     return Status::Ok();
   });

@@ -139,13 +139,18 @@ EC_API void ec_comm_free(ec_comm* comm);
 
 /* ---- blocking collectives ----
  *
- * Timeouts: timeout_ms > 0 limits the wait; EC_TIMEOUT_DEFAULT (0) waits EAGERCOMM_TIMEOUT
- * (300 s unless set; "0" there means forever); EC_TIMEOUT_INFINITE (-1) waits forever; other
- * negative values are EC_INVALID_ARGUMENT. A collective that times out is abandoned on every
- * rank (the peers' calls fail with this rank's report instead of waiting for it) and its
- * buffers are free to reuse at once; the message names the ranks that had not started it and
- * those that went silent. */
+ * Timeouts (the same rule as the C++ API's kConfiguredTimeout / kWaitForever and the Python
+ * module's None / WAIT_FOREVER), in milliseconds:
+ *   EC_TIMEOUT_DEFAULT (0)         EAGERCOMM_TIMEOUT (300 s unless set)
+ *   EC_WAIT_FOREVER (INT64_MAX)    no limit
+ *   a positive number              that limit (one too long for the clock: no limit)
+ *   EC_TIMEOUT_INFINITE (-1)       an alias of EC_WAIT_FOREVER, kept for programs built with it
+ *   any other negative number      EC_INVALID_ARGUMENT
+ * A collective that times out is abandoned on every rank (the peers' calls fail with this rank's
+ * report instead of waiting for it) and its buffers are free to reuse at once; the message names
+ * the ranks that had not started it and those that went silent. */
 #define EC_TIMEOUT_DEFAULT 0
+#define EC_WAIT_FOREVER INT64_MAX
 #define EC_TIMEOUT_INFINITE (-1)
 
 /* recv = op over ranks of send, elementwise; `count` elements each. send == recv: in place. */
@@ -233,7 +238,7 @@ EC_API ec_status ec_partial_post_on_stream(ec_partial* pa, const void* gradient,
 EC_API ec_status ec_partial_poll(ec_partial* pa, void* result, size_t count, ec_round_info* info);
 
 /* As ec_partial_poll, waiting for the next round up to timeout_ms (EC_TIMEOUT_DEFAULT,
- * EC_TIMEOUT_INFINITE or milliseconds, as for collectives). EC_TIMEOUT only ends the wait:
+ * EC_WAIT_FOREVER or milliseconds, as for collectives). EC_TIMEOUT only ends the wait:
  * rounds keep running and the object stays usable. */
 EC_API ec_status ec_partial_wait(ec_partial* pa, void* result, size_t count, ec_round_info* info,
                                  int64_t timeout_ms);

@@ -4,6 +4,8 @@
 #include <optional>
 #include <thread>
 
+#include "collectives/communicator_impl.h"
+
 #include "collectives/algorithms.h"
 #include "collectives/comm_core.h"
 #include "collectives/cuda/cuda_reduce.h"
@@ -80,10 +82,10 @@ namespace detail {
 // this rank's local failure, if any, sent to every rank as the operation's precheck error.
 class StagingHost final : public HostCollectives {
  public:
-  StagingHost(Communicator& comm, std::chrono::nanoseconds timeout)
+  StagingHost(Communicator::Impl& comm, std::chrono::nanoseconds timeout)
       : comm_(comm), timeout_(timeout) {}
-  int rank() const override { return comm_.rank(); }
-  int size() const override { return comm_.size(); }
+  int rank() const override { return comm_.core->rank(); }
+  int size() const override { return comm_.core->size(); }
   Status allgather(const void* send, void* recv, size_t count, DataType type,
                    const Status& local_error) override {
     std::shared_ptr<Op> op = comm_.make_allgather_op(send, recv, count, type);
@@ -103,9 +105,24 @@ class StagingHost final : public HostCollectives {
     if (!req.ok()) return req.status();
     return comm_.finish_blocking(req.value(), timeout_);
   }
-  Communicator& comm_;
+  Communicator::Impl& comm_;
   std::chrono::nanoseconds timeout_;
 };
+
+}  // namespace detail
+
+// ---- Timeouts ----
+
+namespace detail {
+
+Result<std::chrono::nanoseconds> check_timeout(std::chrono::nanoseconds timeout, const char* what) {
+  if (timeout >= std::chrono::nanoseconds::zero()) return timeout;
+  if (timeout == std::chrono::nanoseconds(-1)) return kWaitForever;
+  return make_status(StatusCode::kInvalidArgument,
+                     "%s: timeout %lldns is negative (kWaitForever: no limit, "
+                     "kConfiguredTimeout: EAGERCOMM_TIMEOUT)",
+                     what, static_cast<long long>(timeout.count()));
+}
 
 }  // namespace detail
 
@@ -121,6 +138,7 @@ Status Request::test() {
 
 Status Request::wait(std::chrono::nanoseconds timeout) {
   if (!op_) return Status(StatusCode::kInvalidArgument, "wait() on an empty Request");
+  EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "Request::wait"));
   log_set_thread_rank(core_->rank());
   detail::Op* op = op_.get();
   timeout = core_->resolve(timeout);
@@ -143,7 +161,11 @@ Status Request::abandon(std::chrono::nanoseconds waited) {
 
 // ---- Communicator ----
 
-Communicator::Communicator(std::shared_ptr<detail::CommCore> core) : core_(std::move(core)) {}
+Communicator::Impl::Impl(std::shared_ptr<detail::CommCore> engine) : core(std::move(engine)) {}
+
+Communicator::Impl::~Impl() = default;
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Communicator::~Communicator() { destroy(); }
 
@@ -159,7 +181,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Store& store, int ran
   EC_ASSIGN_OR_RETURN(
       std::shared_ptr<detail::CommCore> core,
       detail::CommCore::create(store, options.scope, rank, size, *config, options.in_process));
-  return std::unique_ptr<Communicator>(new Communicator(std::move(core)));
+  return std::unique_ptr<Communicator>(new Communicator(std::make_unique<Impl>(std::move(core))));
 }
 
 Result<std::unique_ptr<Communicator>> communicator_from_store(std::unique_ptr<Store> store,
@@ -168,8 +190,9 @@ Result<std::unique_ptr<Communicator>> communicator_from_store(std::unique_ptr<St
                                                               const CommunicatorOptions& options) {
   EC_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                       Communicator::create(*store, rank, size, options));
-  comm->store_ = std::move(store);
-  comm->store_server_ = std::move(server);
+  Communicator::Impl& impl = Communicator::Impl::of(*comm);
+  impl.store = std::move(store);
+  impl.store_server = std::move(server);
   return comm;
 }
 
@@ -193,33 +216,37 @@ Result<std::unique_ptr<Communicator>> Communicator::from_env(const CommunicatorO
                                  job.info.size, opts);
 }
 
-int Communicator::rank() const { return core_->rank(); }
-int Communicator::size() const { return core_->size(); }
-const std::string& Communicator::transport_name() const { return core_->transport_name(); }
+int Communicator::rank() const { return impl_->core->rank(); }
+int Communicator::size() const { return impl_->core->size(); }
+const std::string& Communicator::transport_name() const { return impl_->core->transport_name(); }
 std::chrono::nanoseconds Communicator::configured_timeout() const {
-  return core_->config().timeout;
+  // EAGERCOMM_TIMEOUT=0 is the variable's own spelling of "no limit".
+  const std::chrono::nanoseconds configured = impl_->core->config().timeout;
+  return configured > std::chrono::nanoseconds::zero() ? configured : kWaitForever;
 }
 
+Store* Communicator::bootstrap_store() const { return impl_->store.get(); }
+
 void Communicator::destroy() {
-  if (core_) core_->destroy();
+  if (impl_->core) impl_->core->destroy();
 }
 
 void Communicator::abort(const std::string& reason) {
-  if (core_) core_->abort(reason);
+  if (impl_->core) impl_->core->abort(reason);
 }
 
-Result<Request> Communicator::submit(std::shared_ptr<detail::Op> op) {
-  log_set_thread_rank(core_->rank());
-  if (core_->destroyed()) return core_->closed_status();
+Result<Request> Communicator::Impl::submit(std::shared_ptr<detail::Op> op) {
+  log_set_thread_rank(core->rank());
+  if (core->destroyed()) return core->closed_status();
   const Status precheck = op->precheck_error;
-  core_->submit(op);
+  core->submit(op);
   if (!precheck.ok()) {
     // The operation still takes its place in the sequence so that the peers learn about the
     // failure instead of waiting for this rank; push the notice out now.
-    core_->engine().try_progress();
+    core->engine().try_progress();
     return precheck;
   }
-  return Request(std::move(op), core_);
+  return Request(std::move(op), core);
 }
 
 namespace {
@@ -266,13 +293,14 @@ Result<Request> Communicator::allreduce_async(const void* send, void* recv, size
                                               DataType type, ReduceOp op, CudaStream stream) {
   EC_ASSIGN_OR_RETURN(detail::DevicePath path, device_route("allreduce", send, recv, type, op));
   if (path == detail::DevicePath::kStaged) {
-    return completed_request(allreduce(send, recv, count, type, op, stream, kConfiguredTimeout));
+    return impl_->completed_request(
+        allreduce(send, recv, count, type, op, stream, kConfiguredTimeout));
   }
   Status precheck;
-  const OpSignature sig = allreduce_signature(*core_, send, recv, count, type, op, &precheck);
+  const OpSignature sig = allreduce_signature(*impl_->core, send, recv, count, type, op, &precheck);
   std::shared_ptr<detail::Op> o = detail::make_allreduce(sig, send, recv);
   o->precheck_error = precheck;
-  return submit(std::move(o));
+  return impl_->submit(std::move(o));
 }
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
@@ -282,39 +310,42 @@ Status Communicator::allreduce(const void* send, void* recv, size_t count, DataT
 
 Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
                                ReduceOp op, CudaStream stream, std::chrono::nanoseconds timeout) {
+  EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "allreduce"));
   EC_ASSIGN_OR_RETURN(detail::DevicePath path, device_route("allreduce", send, recv, type, op));
+  Impl& impl = *impl_;
+  detail::CommCore& core = *impl.core;
   if (path == detail::DevicePath::kStaged) {
-    if (core_->destroyed()) return core_->closed_status();
-    detail::StagingHost host(*this, timeout);
-    Result<detail::DeviceStaging*> staging = device_staging(send, recv);
+    if (core.destroyed()) return core.closed_status();
+    detail::StagingHost host(impl, timeout);
+    Result<detail::DeviceStaging*> staging = impl.device_staging(send, recv);
     // A failure here is this rank's before the call: the peers' calls fail with it too.
     if (!staging.ok()) return host.allgather(nullptr, nullptr, count, type, staging.status());
     return (*staging)->allreduce(host, send, recv, count, type, op, stream.handle);
   }
   Status precheck;
-  const OpSignature sig = allreduce_signature(*core_, send, recv, count, type, op, &precheck);
+  const OpSignature sig = allreduce_signature(core, send, recv, count, type, op, &precheck);
   if (!precheck.ok() || sig.reserved != static_cast<uint8_t>(Algo::kSmall)) {
     std::shared_ptr<detail::Op> o = detail::make_allreduce(sig, send, recv);
     o->precheck_error = precheck;
-    return run_blocking(std::move(o), timeout);
+    return impl.run_blocking(std::move(o), timeout);
   }
   // The latency path: a small blocking call reuses one operation object (no allocation) and
   // begins and drives it on this thread (no submission queue, no wake-up of another driver).
-  log_set_thread_rank(core_->rank());
-  if (core_->destroyed()) return core_->closed_status();
+  log_set_thread_rank(core.rank());
+  if (core.destroyed()) return core.closed_status();
   std::shared_ptr<detail::Op> o;
-  if (!spare_busy_.exchange(true, std::memory_order_acquire)) {
-    if (spare_small_ && spare_small_.use_count() == 1) {
-      detail::rearm_small_allreduce(*spare_small_, sig, send, recv);
+  if (!impl.spare_busy.exchange(true, std::memory_order_acquire)) {
+    if (impl.spare_small && impl.spare_small.use_count() == 1) {
+      detail::rearm_small_allreduce(*impl.spare_small, sig, send, recv);
     } else {
-      spare_small_ = detail::make_small_allreduce(sig, send, recv);
+      impl.spare_small = detail::make_small_allreduce(sig, send, recv);
     }
-    o = spare_small_;
-    spare_busy_.store(false, std::memory_order_release);
+    o = impl.spare_small;
+    impl.spare_busy.store(false, std::memory_order_release);
   } else {
     o = detail::make_small_allreduce(sig, send, recv);  // another thread holds the spare
   }
-  return core_->run_inline(std::move(o), timeout);
+  return core.run_inline(std::move(o), timeout);
 }
 
 Result<Request> Communicator::broadcast_async(void* buf, size_t count, DataType type, int root) {
@@ -326,30 +357,31 @@ Result<Request> Communicator::broadcast_async(void* buf, size_t count, DataType 
   EC_ASSIGN_OR_RETURN(detail::DevicePath path,
                       device_route("broadcast", buf, buf, type, std::nullopt));
   if (path == detail::DevicePath::kStaged) {
-    return completed_request(broadcast(buf, count, type, root, stream, kConfiguredTimeout));
+    return impl_->completed_request(broadcast(buf, count, type, root, stream, kConfiguredTimeout));
   }
-  return submit(make_broadcast_op(buf, count, type, root));
+  return impl_->submit(impl_->make_broadcast_op(buf, count, type, root));
 }
 
-std::shared_ptr<detail::Op> Communicator::make_broadcast_op(void* buf, size_t count, DataType type,
-                                                            int root) {
+std::shared_ptr<detail::Op> Communicator::Impl::make_broadcast_op(void* buf, size_t count,
+                                                                  DataType type, int root) {
+  const int rank = core->rank(), size = core->size();
   OpSignature sig;
   sig.coll = static_cast<uint8_t>(CollKind::kBroadcast);
   sig.dtype = static_cast<uint8_t>(type);
   sig.root = root;
   sig.count = count;
   Status precheck;
-  Result<size_t> bytes = check_buffer("broadcast", buf, count, type, rank());
+  Result<size_t> bytes = check_buffer("broadcast", buf, count, type, rank);
   if (!bytes.ok()) {
     precheck = bytes.status();
-  } else if (root < 0 || root >= size()) {
+  } else if (root < 0 || root >= size) {
     precheck = make_status(StatusCode::kInvalidArgument,
                            "broadcast on rank %d: root %d is not a rank of this communicator "
                            "(size %d)",
-                           rank(), root, size());
+                           rank, root, size);
     sig.root = 0;  // keep the tree well formed; the failure still reaches every rank
   }
-  const Config& cfg = core_->config();
+  const Config& cfg = core->config();
   bool chain = bytes.ok() && *bytes >= cfg.chain_min_bytes;
   if (cfg.bcast_algo == BroadcastAlgo::kChain) chain = true;
   if (cfg.bcast_algo == BroadcastAlgo::kTree) chain = false;
@@ -366,17 +398,19 @@ Status Communicator::broadcast(void* buf, size_t count, DataType type, int root,
 
 Status Communicator::broadcast(void* buf, size_t count, DataType type, int root, CudaStream stream,
                                std::chrono::nanoseconds timeout) {
+  EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "broadcast"));
   EC_ASSIGN_OR_RETURN(detail::DevicePath path,
                       device_route("broadcast", buf, buf, type, std::nullopt));
+  Impl& impl = *impl_;
   if (path == detail::DevicePath::kStaged) {
-    if (core_->destroyed()) return core_->closed_status();
-    detail::StagingHost host(*this, timeout);
-    Result<detail::DeviceStaging*> staging = device_staging(buf, buf);
+    if (impl.core->destroyed()) return impl.core->closed_status();
+    detail::StagingHost host(impl, timeout);
+    Result<detail::DeviceStaging*> staging = impl.device_staging(buf, buf);
     if (!staging.ok()) return host.broadcast(nullptr, count, type, root, staging.status());
     return (*staging)->broadcast(host, buf, count, type, root, stream.handle);
   }
-  EC_ASSIGN_OR_RETURN(Request req, submit(make_broadcast_op(buf, count, type, root)));
-  return finish_blocking(req, timeout);
+  EC_ASSIGN_OR_RETURN(Request req, impl.submit(impl.make_broadcast_op(buf, count, type, root)));
+  return impl.finish_blocking(req, timeout);
 }
 
 Result<Request> Communicator::allgather_async(const void* send, void* recv, size_t count,
@@ -389,35 +423,36 @@ Result<Request> Communicator::allgather_async(const void* send, void* recv, size
   EC_ASSIGN_OR_RETURN(detail::DevicePath path,
                       device_route("allgather", send, recv, type, std::nullopt));
   if (path == detail::DevicePath::kStaged) {
-    return completed_request(allgather(send, recv, count, type, stream, kConfiguredTimeout));
+    return impl_->completed_request(allgather(send, recv, count, type, stream, kConfiguredTimeout));
   }
-  return submit(make_allgather_op(send, recv, count, type));
+  return impl_->submit(impl_->make_allgather_op(send, recv, count, type));
 }
 
-std::shared_ptr<detail::Op> Communicator::make_allgather_op(const void* send, void* recv,
-                                                            size_t count, DataType type) {
+std::shared_ptr<detail::Op> Communicator::Impl::make_allgather_op(const void* send, void* recv,
+                                                                  size_t count, DataType type) {
+  const int rank = core->rank(), size = core->size();
   OpSignature sig;
   sig.coll = static_cast<uint8_t>(CollKind::kAllgather);
   sig.dtype = static_cast<uint8_t>(type);
   sig.count = count;
   sig.reserved = static_cast<uint8_t>(Algo::kRing);
   Status precheck;
-  Result<size_t> bytes = check_buffer("allgather", send, count, type, rank());
-  if (bytes.ok() && count > SIZE_MAX / dtype_size(type) / 2 / static_cast<size_t>(size())) {
+  Result<size_t> bytes = check_buffer("allgather", send, count, type, rank);
+  if (bytes.ok() && count > SIZE_MAX / dtype_size(type) / 2 / static_cast<size_t>(size)) {
     bytes = make_status(StatusCode::kInvalidArgument,
-                        "allgather on rank %d: count %zu is too large", rank(), count);
+                        "allgather on rank %d: count %zu is too large", rank, count);
   }
-  if (bytes.ok()) bytes = check_buffer("allgather", recv, count * size(), type, rank());
+  if (bytes.ok()) bytes = check_buffer("allgather", recv, count * size, type, rank);
   if (!bytes.ok()) {
     precheck = bytes.status();
   } else {
-    const size_t block = *bytes / size();
-    const uint8_t* in_place = static_cast<const uint8_t*>(recv) + block * rank();
+    const size_t block = *bytes / size;
+    const uint8_t* in_place = static_cast<const uint8_t*>(recv) + block * rank;
     if (send != in_place && overlaps(send, block, recv, *bytes)) {
       precheck = make_status(StatusCode::kInvalidArgument,
                              "allgather on rank %d: the send buffer overlaps the receive buffer "
                              "but is not this rank's block of it",
-                             rank());
+                             rank);
     }
   }
   auto o = detail::make_ring_allgather(sig, send, recv);
@@ -432,75 +467,80 @@ Status Communicator::allgather(const void* send, void* recv, size_t count, DataT
 
 Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type,
                                CudaStream stream, std::chrono::nanoseconds timeout) {
+  EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "allgather"));
   EC_ASSIGN_OR_RETURN(detail::DevicePath path,
                       device_route("allgather", send, recv, type, std::nullopt));
+  Impl& impl = *impl_;
   if (path == detail::DevicePath::kStaged) {
-    if (core_->destroyed()) return core_->closed_status();
-    detail::StagingHost host(*this, timeout);
-    Result<detail::DeviceStaging*> staging = device_staging(send, recv);
+    if (impl.core->destroyed()) return impl.core->closed_status();
+    detail::StagingHost host(impl, timeout);
+    Result<detail::DeviceStaging*> staging = impl.device_staging(send, recv);
     if (!staging.ok()) return host.allgather(nullptr, nullptr, count, type, staging.status());
     return (*staging)->allgather(host, send, recv, count, type, stream.handle);
   }
-  EC_ASSIGN_OR_RETURN(Request req, submit(make_allgather_op(send, recv, count, type)));
-  return finish_blocking(req, timeout);
+  EC_ASSIGN_OR_RETURN(Request req, impl.submit(impl.make_allgather_op(send, recv, count, type)));
+  return impl.finish_blocking(req, timeout);
 }
 
 Result<Request> Communicator::barrier_async() {
   OpSignature sig;
   sig.coll = static_cast<uint8_t>(CollKind::kBarrier);
   sig.reserved = static_cast<uint8_t>(Algo::kDissemination);
-  return submit(detail::make_barrier(sig));
+  return impl_->submit(detail::make_barrier(sig));
 }
 
 Status Communicator::barrier(std::chrono::nanoseconds timeout) {
+  EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "barrier"));
   EC_ASSIGN_OR_RETURN(Request req, barrier_async());
-  return finish_blocking(req, timeout);
+  return impl_->finish_blocking(req, timeout);
 }
 
-Status Communicator::run_blocking(std::shared_ptr<detail::Op> op,
-                                  std::chrono::nanoseconds timeout) {
-  log_set_thread_rank(core_->rank());
-  return core_->run(std::move(op), true, timeout);
+Status Communicator::Impl::run_blocking(std::shared_ptr<detail::Op> op,
+                                        std::chrono::nanoseconds timeout) {
+  log_set_thread_rank(core->rank());
+  return core->run(std::move(op), true, timeout);
 }
 
-Status Communicator::finish_blocking(Request& req, std::chrono::nanoseconds timeout) {
-  timeout = core_->resolve(timeout);
+Status Communicator::Impl::finish_blocking(Request& req, std::chrono::nanoseconds timeout) {
+  timeout = core->resolve(timeout);
   Status s = req.wait(timeout);
   if (s.code() != StatusCode::kTimeout || req.ready()) return s;
   // A blocking call returns only when the operation no longer uses the caller's buffers.
-  return core_->abandon(*req.op_, timeout);
+  return core->abandon(*req.op_, timeout);
 }
 
-Result<detail::DeviceStaging*> Communicator::device_staging(const void* send, const void* recv) {
-  std::lock_guard<std::mutex> lock(device_mu_);
-  if (!device_) {
+Result<detail::DeviceStaging*> Communicator::Impl::device_staging(const void* send,
+                                                                  const void* recv) {
+  std::lock_guard<std::mutex> lock(device_mu);
+  if (!device) {
     // On the device of the first device buffer (not the caller's current device, which may be
     // another); DeviceStaging checks every later call's buffers against it.
-    Result<int> device = gpu::device_of(send);
-    if (!device.ok()) device = gpu::device_of(recv);
-    EC_RETURN_IF_ERROR(device.status());
-    EC_ASSIGN_OR_RETURN(device_, detail::DeviceStaging::create(*device));
+    Result<int> device_id = gpu::device_of(send);
+    if (!device_id.ok()) device_id = gpu::device_of(recv);
+    EC_RETURN_IF_ERROR(device_id.status());
+    EC_ASSIGN_OR_RETURN(device, detail::DeviceStaging::create(*device_id));
   }
-  return device_.get();
+  return device.get();
 }
 
-Result<Request> Communicator::completed_request(Status status) {
+Result<Request> Communicator::Impl::completed_request(Status status) {
   if (!status.ok()) return status;
-  return Request(std::make_shared<CompletedOp>(std::move(status)), core_);
+  return Request(std::make_shared<CompletedOp>(std::move(status)), core);
 }
 
 CommunicatorStats Communicator::stats() const {
-  const detail::CoreStats core = core_->stats();
-  const MailboxStats mail = core_->mailbox_stats();
+  const detail::CommCore& core = *impl_->core;
+  const detail::CoreStats counters = core.stats();
+  const MailboxStats mail = core.mailbox_stats();
   CommunicatorStats out;
-  out.ops_started = core.ops_started;
-  out.ops_failed = core.ops_failed;
+  out.ops_started = counters.ops_started;
+  out.ops_failed = counters.ops_failed;
   out.messages_sent = mail.sent;
   out.messages_received = mail.received;
   out.spills = mail.spills;
   out.deferred_sends = mail.deferred;
-  out.unexpected_messages = core.unexpected_messages;
-  out.engine_blocks = core_->engine().stats().blocks;
+  out.unexpected_messages = counters.unexpected_messages;
+  out.engine_blocks = impl_->core->engine().stats().blocks;
   return out;
 }
 

@@ -15,13 +15,19 @@
 // with wrong data. Several collectives may be in flight at once; they complete independently.
 // Buffers must stay valid and unmodified (inputs) until the request completes.
 //
-// Timeouts: every blocking call takes a last argument `timeout` (default kConfiguredTimeout:
-// EAGERCOMM_TIMEOUT; 0: forever). When a blocking collective times out it is abandoned on every
-// rank (the peers' calls fail with this rank's report rather than waiting for it; a peer that
-// already holds all of this rank's data, as with small allreduces, may still complete it), its
-// buffers are free to reuse, and the kTimeout error names the ranks that had not started it and
-// those that went silent, as of their last heartbeats (EAGERCOMM_HEARTBEAT). Request::wait(timeout)
-// on the other hand only stops waiting: the operation keeps running.
+// Timeouts: every blocking call takes a last argument `timeout`; the C API (timeout_ms) and the
+// Python module (timeout, in seconds) spell it the same way:
+//   kConfiguredTimeout (0), the default   EAGERCOMM_TIMEOUT (300 s unless set)
+//   kWaitForever                          no limit
+//   a positive duration                   that limit (one too long for the clock: no limit)
+//   -1ns                                  an alias of kWaitForever (the C API's -1 of old)
+//   any other negative duration           refused with kInvalidArgument
+// When a blocking collective times out it is abandoned on every rank (the peers' calls fail with
+// this rank's report rather than waiting for it; a peer that already holds all of this rank's
+// data, as with small allreduces, may still complete it), its buffers are free to reuse, and the
+// kTimeout error names the ranks that had not started it and those that went silent, as of their
+// last heartbeats (EAGERCOMM_HEARTBEAT). Request::wait(timeout) on the other hand only stops
+// waiting: the operation keeps running.
 //
 // Failures: a peer that dies (its process ends, the transport loses it) or hangs (nothing heard
 // from it for EAGERCOMM_TIMEOUT: stopped, deadlocked, unreachable) fails every pending and later
@@ -35,11 +41,9 @@
 // the application computes.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -54,42 +58,9 @@ namespace eagercomm {
 namespace detail {
 class CommCore;
 class Op;
-class DeviceStaging;
-class StagingHost;
 }  // namespace detail
 
-// A collective in flight. Copyable; all copies refer to the same operation. A default-built
-// Request is invalid (test/wait return kInvalidArgument).
-class Request {
- public:
-  Request() = default;
-  bool valid() const { return op_ != nullptr; }
-  // True once the operation has finished (successfully or not). Does not drive progress: with
-  // no progress thread, only test() or wait() move the operation forward.
-  bool ready() const;
-  // kOk when finished successfully, kInProgress while running, otherwise the error. Makes one
-  // progress pass when no other thread is driving.
-  Status test();
-  // Blocks until the operation finishes (its Status) or `timeout` passes (kTimeout; the
-  // operation keeps running and may be waited for again). kConfiguredTimeout: EAGERCOMM_TIMEOUT;
-  // 0 or less otherwise: forever.
-  Status wait(std::chrono::nanoseconds timeout);
-  // wait() with EAGERCOMM_TIMEOUT (0: forever).
-  Status wait();
-  // Gives up on the operation as a blocking collective does at its timeout: fails it on every
-  // rank (the peers' calls fail with this rank's report instead of waiting for it), waits until
-  // no peer uses its buffers, and returns the timeout error naming the ranks that had not
-  // started it, as of `waited`. Its status if it had already finished. For callers that wait in
-  // slices of their own (the Python module looks for Ctrl-C between them).
-  Status abandon(std::chrono::nanoseconds waited);
-
- private:
-  friend class Communicator;
-  Request(std::shared_ptr<detail::Op> op, std::shared_ptr<detail::CommCore> core)
-      : op_(std::move(op)), core_(std::move(core)) {}
-  std::shared_ptr<detail::Op> op_;
-  std::shared_ptr<detail::CommCore> core_;
-};
+class Request;
 
 struct CommunicatorOptions {
   // Configuration to use; null means the process configuration (EAGERCOMM_* variables).
@@ -112,8 +83,6 @@ struct CommunicatorStats {
   uint64_t engine_blocks = 0;  // times a driver went to sleep waiting for peers
 };
 
-class PartialAllreduce;
-
 class Communicator {
  public:
   // Joins the group of `size` ranks that bootstrap through `store`, as `rank`. Blocks until
@@ -134,7 +103,7 @@ class Communicator {
   // The transport in use ("inproc", ...).
   const std::string& transport_name() const;
   // What kConfiguredTimeout stands for in this communicator's calls (EAGERCOMM_TIMEOUT, or the
-  // configuration it was made with; 0: forever).
+  // configuration it was made with): a positive duration, or kWaitForever.
   std::chrono::nanoseconds configured_timeout() const;
 
   // recv = op over ranks of send, elementwise. send == recv is in place. Buffers of
@@ -198,54 +167,57 @@ class Communicator {
   // Counters, read consistently with the engine.
   CommunicatorStats stats() const;
 
-  // The bootstrap store this communicator joined through and owns (from_env, from_mpi); null
+  // The bootstrap store this communicator joined through and owns (from_env,
+  // communicator_from_mpi); null
   // for create() (the caller owns that store) and make_inproc_world(). Embedding frameworks may
   // rendezvous through it under their own key prefix (keys under options.scope are ours).
-  Store* bootstrap_store() const { return store_.get(); }
+  Store* bootstrap_store() const;
+
+  // What a communicator holds (collectives/communicator_impl.h, not installed). Declared here so
+  // that eagercomm's own code (partial allreduce, the launch paths) reaches it without friends.
+  struct Impl;
 
  private:
-  friend class PartialAllreduce;
-  friend class detail::StagingHost;
-  friend Result<std::unique_ptr<Communicator>> communicator_from_store(
-      std::unique_ptr<Store> store, std::shared_ptr<void> server, int rank, int size,
-      const CommunicatorOptions& options);
-  explicit Communicator(std::shared_ptr<detail::CommCore> core);
-  // Bootstrap resources this communicator keeps (from_env, from_mpi): the store client and, on
-  // the rank that serves it, the store server.
-  std::unique_ptr<Store> store_;
-  std::shared_ptr<void> store_server_;
-  Result<Request> submit(std::shared_ptr<detail::Op> op);
-  // Blocking calls: run `op` to the end, or abandon it at the timeout (CommCore::abandon).
-  Status run_blocking(std::shared_ptr<detail::Op> op, std::chrono::nanoseconds timeout);
-  Status finish_blocking(Request& req, std::chrono::nanoseconds timeout);
-  std::shared_ptr<detail::CommCore> core_;
-  // The operation object blocking small allreduces reuse, and who is rearming it.
-  std::shared_ptr<detail::Op> spare_small_;
-  std::atomic<bool> spare_busy_{false};
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
-  // GPU buffers: the staging object, made on the first device buffer (never in host-only
-  // programs), and the builders of the host collectives it runs.
-  // On the device of the first device buffer among send and recv.
-  Result<detail::DeviceStaging*> device_staging(const void* send, const void* recv);
-  std::shared_ptr<detail::Op> make_broadcast_op(void* buf, size_t count, DataType type, int root);
-  std::shared_ptr<detail::Op> make_allgather_op(const void* send, void* recv, size_t count,
-                                                DataType type);
-  // A Request that is already complete (device collectives run to the end when started).
-  Result<Request> completed_request(Status status);
-  std::mutex device_mu_;
-  std::unique_ptr<detail::DeviceStaging> device_;
+// A collective in flight. Copyable; all copies refer to the same operation. A default-built
+// Request is invalid (test/wait return kInvalidArgument).
+class Request {
+ public:
+  Request() = default;
+  bool valid() const { return op_ != nullptr; }
+  // True once the operation has finished (successfully or not). Does not drive progress: with
+  // no progress thread, only test() or wait() move the operation forward.
+  bool ready() const;
+  // kOk when finished successfully, kInProgress while running, otherwise the error. Makes one
+  // progress pass when no other thread is driving.
+  Status test();
+  // Blocks until the operation finishes (its Status) or `timeout` passes (kTimeout; the
+  // operation keeps running and may be waited for again). `timeout` as for every blocking call
+  // (see "Timeouts" above).
+  Status wait(std::chrono::nanoseconds timeout);
+  // wait(kConfiguredTimeout).
+  Status wait();
+  // Gives up on the operation as a blocking collective does at its timeout: fails it on every
+  // rank (the peers' calls fail with this rank's report instead of waiting for it), waits until
+  // no peer uses its buffers, and returns the timeout error naming the ranks that had not
+  // started it, as of `waited`. Its status if it had already finished. For callers that wait in
+  // slices of their own (the Python module looks for Ctrl-C between them).
+  Status abandon(std::chrono::nanoseconds waited);
+
+ private:
+  friend struct Communicator::Impl;
+  Request(std::shared_ptr<detail::Op> op, std::shared_ptr<detail::CommCore> core)
+      : op_(std::move(op)), core_(std::move(core)) {}
+  std::shared_ptr<detail::Op> op_;
+  std::shared_ptr<detail::CommCore> core_;
 };
 
 // The configuration a communicator made with `options` uses: options.config, else the
 // process's EAGERCOMM_* table (whose error, if it has one, is returned).
 Result<Config> effective_config(const CommunicatorOptions& options);
-
-// Joins through `store` (kept by the communicator) as create() does; `server` (may be null) is
-// kept alive with it. For launch paths that set up their own store (from_env, from_mpi).
-Result<std::unique_ptr<Communicator>> communicator_from_store(std::unique_ptr<Store> store,
-                                                              std::shared_ptr<void> server,
-                                                              int rank, int size,
-                                                              const CommunicatorOptions& options);
 
 // Creates `size` communicators connected to each other in this process (ranks as threads),
 // through an in-memory store. Rank r's communicator is element r. Each communicator may then

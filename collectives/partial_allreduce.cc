@@ -12,6 +12,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/comm_core.h"
 #include "collectives/communicator.h"
+#include "collectives/communicator_impl.h"
 #include "collectives/partial_meta.h"
 #include "collectives/partial_shared.h"
 #include "collectives/partial_stream.h"
@@ -333,7 +334,7 @@ PartialAllreduce::~PartialAllreduce() { destroy(); }
 Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator& comm, size_t count,
                                                                    DataType type, PartialMode mode,
                                                                    const PartialOptions& options) {
-  std::shared_ptr<detail::CommCore> core = comm.core_;
+  std::shared_ptr<detail::CommCore> core = Communicator::Impl::of(comm).core;
   if (core->destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
   const int P = core->size();
   const int rank = core->rank();
@@ -547,6 +548,7 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
       if (on) since = std::chrono::steady_clock::now();
     }
   } restart{idle_since_, s.mode.kind == PartialKind::kAdaptive};
+  EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "partial allreduce wait"));
   timeout = core_->resolve(timeout);
   const auto deadline = deadline_after(timeout);
   for (;;) {

@@ -28,7 +28,7 @@
 //               an epoch at least `solo_speedup` times faster than synchronous ones, from the
 //               compute times the rounds' metadata carries (every rank's time outside this
 //               object's calls before each post); synchronous otherwise and at the start.
-//               Every rank decides the same from the same numbers (collectives/adaptive_regime.h).
+//               Every rank decides the same from the same numbers.
 // Every sync_every-th round (option) is synchronous whatever the mode, which bounds staleness:
 // every post lands at most sync_every - 1 rounds after the round it was meant for.
 //
@@ -208,7 +208,9 @@ class PartialAllreduce {
   // The next round's result if it is complete (nullopt if not yet); the stream's error once
   // every round before the failure has been delivered.
   Result<std::optional<RoundResult>> poll();
-  // The next round's result, waiting up to `timeout` (default EAGERCOMM_TIMEOUT).
+  // The next round's result, waiting up to `timeout` (as every timeout: kConfiguredTimeout, the
+  // default, is EAGERCOMM_TIMEOUT; kWaitForever no limit; communicator.h, "Timeouts"). A timeout
+  // only ends the wait: rounds keep running and the object stays usable.
   Result<RoundResult> wait(std::chrono::nanoseconds timeout);
   Result<RoundResult> wait();
   // wait(timeout) that also calls `check` about every 50 ms while it waits, and returns the

@@ -15,6 +15,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,17 +37,19 @@ using signals::Interrupt;
 using signals::kSignalCheckEvery;
 using namespace pybind11::literals;
 
-// The C++ timeout argument for `timeout` in seconds: None is EAGERCOMM_TIMEOUT
-// (kConfiguredTimeout), math.inf forever (0).
+// The C++ timeout argument for `timeout` in seconds (communicator.h, "Timeouts"): None and 0
+// are EAGERCOMM_TIMEOUT (kConfiguredTimeout), WAIT_FOREVER (math.inf) and -1 no limit
+// (kWaitForever), as is a limit too long for the clock; NaN and other negatives are refused.
 std::chrono::nanoseconds timeout_of(const std::optional<double>& timeout) {
-  if (!timeout) return kConfiguredTimeout;
+  if (!timeout || *timeout == 0) return kConfiguredTimeout;
   const double s = *timeout;
-  if (std::isnan(s) || s <= 0) {
+  if (s == -1) return kWaitForever;
+  if (std::isnan(s) || s < 0) {
     raise_value_error("timeout " + pyb::repr(pyb::float_(s)).cast<std::string>() +
-                      " is not a positive number of seconds (None: EAGERCOMM_TIMEOUT, "
-                      "math.inf: forever)");
+                      " is not a number of seconds (eagercomm.WAIT_FOREVER: no limit, None: "
+                      "EAGERCOMM_TIMEOUT)");
   }
-  if (std::isinf(s) || s > 1e9) return std::chrono::nanoseconds::zero();
+  if (s * 1e9 >= static_cast<double>(kWaitForever.count())) return kWaitForever;
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }
 
@@ -415,6 +418,8 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "eagercomm's runtime: communicators, collectives and partial allreduce.";
   m.attr("__version__") = EAGERCOMM_VERSION_STRING;
   m.attr("ABI_VERSION") = EAGERCOMM_ABI_VERSION;
+  // The `timeout` that means no limit (kWaitForever, EC_WAIT_FOREVER).
+  m.attr("WAIT_FOREVER") = std::numeric_limits<double>::infinity();
   register_errors(m);
 
   pyb::class_<PyComm>(m, "Communicator",
@@ -427,12 +432,15 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("transport", &PyComm::transport)
       .def("allreduce", &PyComm::allreduce, arg("send"), arg("recv") = pyb::none(),
            arg("op") = "sum", arg("timeout") = pyb::none(),
-           "recv = op over ranks of send (in place when recv is None); returns recv.")
+           "recv = op over ranks of send (in place when recv is None); returns recv. timeout: "
+           "seconds (None or 0: EAGERCOMM_TIMEOUT; WAIT_FOREVER: no limit).")
       .def("broadcast", &PyComm::broadcast, arg("buf"), arg("root"), arg("timeout") = pyb::none(),
-           "buf on every rank = buf on root; returns buf.")
+           "buf on every rank = buf on root; returns buf. timeout as for allreduce.")
       .def("allgather", &PyComm::allgather, arg("send"), arg("recv"), arg("timeout") = pyb::none(),
-           "recv (size x len(send) elements) = every rank's send in rank order; returns recv.")
-      .def("barrier", &PyComm::barrier, arg("timeout") = pyb::none())
+           "recv (size x len(send) elements) = every rank's send in rank order; returns recv. "
+           "timeout as for allreduce.")
+      .def("barrier", &PyComm::barrier, arg("timeout") = pyb::none(),
+           "Returns once every rank has called it. timeout as for allreduce.")
       .def("abort", &PyComm::abort, arg("reason") = "",
            "destroy() from any thread: calls blocked in this communicator and later ones raise "
            "AbortedError carrying `reason`; the peers' operations in flight fail with "
@@ -463,8 +471,9 @@ PYBIND11_MODULE(_core, m) {
       .def("post", &PyPartial::post, arg("gradient"))
       .def("poll", &PyPartial::poll, arg("out") = pyb::none(), "The next completed Round, or None.")
       .def("wait", &PyPartial::wait, arg("out") = pyb::none(), arg("timeout") = pyb::none(),
-           "The next Round, waiting for it (Ctrl-C raises KeyboardInterrupt; the object lives "
-           "on, as after a timeout).")
+           "The next Round, waiting for it up to timeout seconds (None or 0: EAGERCOMM_TIMEOUT; "
+           "WAIT_FOREVER: no limit). Ctrl-C raises KeyboardInterrupt; the object lives on, as "
+           "after a timeout.")
       .def("flush", &PyPartial::flush, arg("callback") = pyb::none(),
            "Collective: drains every carried contribution; returns the flush round's number.")
       .def("destroy", &PyPartial::destroy)

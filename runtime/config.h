@@ -33,8 +33,11 @@ enum class IbConnectMode : uint8_t { kAuto, kCm, kStore };
 enum class IbMtu : uint8_t { kAuto, k256, k512, k1024, k2048, k4096 };
 
 // The values in force. Field names mirror the variables (EAGERCOMM_SLOT_BYTES -> slot_bytes).
-// A per-call timeout argument that means "EAGERCOMM_TIMEOUT" (Config::timeout).
-inline constexpr std::chrono::nanoseconds kConfiguredTimeout{-1};
+// Per-call timeout arguments (collectives/communicator.h, "Timeouts"; EC_TIMEOUT_DEFAULT and
+// EC_WAIT_FOREVER in C, None and WAIT_FOREVER in Python): EAGERCOMM_TIMEOUT (Config::timeout),
+// and no limit (the largest duration: deadlines saturate to "never").
+inline constexpr std::chrono::nanoseconds kConfiguredTimeout{0};
+inline constexpr std::chrono::nanoseconds kWaitForever = std::chrono::nanoseconds::max();
 
 struct Config {
   std::string transport = "auto";        // auto|inproc|shm|ucx|verbs

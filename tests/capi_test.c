@@ -151,7 +151,11 @@ static void check_broadcast_allgather_barrier(ec_comm* comm, int rank, int size)
   free(recv);
   MUST(ec_barrier(comm, EC_TIMEOUT_DEFAULT));
   MUST(ec_barrier(comm, 60000));
+  /* One rule for every timeout: EC_WAIT_FOREVER, its old alias -1, and limits too long for the
+   * clock wait without limit. */
+  MUST(ec_barrier(comm, EC_WAIT_FOREVER));
   MUST(ec_barrier(comm, EC_TIMEOUT_INFINITE));
+  MUST(ec_barrier(comm, INT64_MAX / 2));
 }
 
 /* ---- partial allreduce ---- */
@@ -224,7 +228,8 @@ static void check_partial(ec_comm* comm, int rank, int size, ec_partial_mode mod
     }
     if (!took) {
       ec_round_info info;
-      MUST(ec_partial_wait(pa, result, PN, &info, step % 2 ? 60000 : EC_TIMEOUT_DEFAULT));
+      const int64_t timeouts[3] = {60000, EC_TIMEOUT_DEFAULT, EC_WAIT_FOREVER};
+      MUST(ec_partial_wait(pa, result, PN, &info, timeouts[step % 3]));
       take(&c, result, &info);
     }
   }
@@ -298,6 +303,8 @@ static void check_bad_input(ec_comm* comm, int rank, int size) {
                EC_INVALID_ARGUMENT, "ec_allgather", "dtype 7");
   expect_error("barrier with timeout -3", ec_barrier(comm, -3), EC_INVALID_ARGUMENT, "ec_barrier",
                "timeout_ms -3");
+  expect_error("barrier with timeout INT64_MIN", ec_barrier(comm, INT64_MIN), EC_INVALID_ARGUMENT,
+               "ec_barrier", "EC_WAIT_FOREVER");
   ec_partial* pa = (ec_partial*)buf;
   expect_error("partial create into null", ec_partial_create(comm, 8, EC_FLOAT32, NULL, NULL),
                EC_INVALID_ARGUMENT, "ec_partial_create", "null output");

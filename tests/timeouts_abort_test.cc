@@ -104,6 +104,53 @@ TEST(Timeouts, TheErrorNamesTheRanksThatHadNotStarted) {
   for (auto& c : comms) c->destroy();
 }
 
+// One spelling per meaning, as in the C API and Python (communicator.h, "Timeouts"):
+// kConfiguredTimeout (0) is EAGERCOMM_TIMEOUT, kWaitForever (and -1ns, the C API's old -1) no
+// limit, other negative values refused.
+TEST(Timeouts, ConfiguredForeverAndRefusedSpellings) {
+  auto w = World::make(2, test_config({{"EAGERCOMM_TIMEOUT", "200ms"}}));
+  ASSERT_EQ(w->size(), 2);
+  EXPECT_EQ(kConfiguredTimeout, std::chrono::nanoseconds::zero());
+  EXPECT_EQ((*w)[0].configured_timeout(), milliseconds(200));
+  // 0 is EAGERCOMM_TIMEOUT: rank 0 alone gives up after 200 ms.
+  std::vector<float> x(3000, 1.0f);
+  Status s = (*w)[0].allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum,
+                               std::chrono::nanoseconds(0));
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.to_string();
+  EXPECT_TRUE(contains(s, "within 200ms")) << s.to_string();
+  Status late = (*w)[1].allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum,
+                                  seconds(60));
+  EXPECT_EQ(late.code(), StatusCode::kTimeout) << late.to_string();
+  // Refused before anything starts, on one rank alone, naming the spellings.
+  for (auto bad : {std::chrono::nanoseconds(-2), std::chrono::nanoseconds::min()}) {
+    Status b = (*w)[0].barrier(bad);
+    EXPECT_EQ(b.code(), StatusCode::kInvalidArgument) << b.to_string();
+    EXPECT_TRUE(contains(b, "kWaitForever")) << b.to_string();
+  }
+  w->run([](int, Communicator& c) {
+    auto req = c.barrier_async();
+    ASSERT_TRUE(req.ok());
+    Status refused = req.value().wait(std::chrono::nanoseconds(-7));
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.to_string();
+    EXPECT_TRUE(req.value().wait().ok());
+  });
+  // kWaitForever and -1ns outlast EAGERCOMM_TIMEOUT: rank 1 arrives 400 ms late.
+  w->run([](int r, Communicator& c) {
+    for (auto forever : {kWaitForever, std::chrono::nanoseconds(-1)}) {
+      if (r == 1) std::this_thread::sleep_for(milliseconds(400));
+      std::vector<float> v(3000, 1.0f);
+      Status a =
+          c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum, forever);
+      EXPECT_TRUE(a.ok()) << a.to_string();
+      EXPECT_EQ(v[2999], 2.0f);
+    }
+  });
+  // EAGERCOMM_TIMEOUT=0 is that variable's "no limit": the communicator reports kWaitForever.
+  auto unlimited = World::make(1, test_config({{"EAGERCOMM_TIMEOUT", "0"}}));
+  ASSERT_EQ(unlimited->size(), 1);
+  EXPECT_EQ((*unlimited)[0].configured_timeout(), kWaitForever);
+}
+
 // A timeout too large for the clock means "forever", never "already past" (issue 16: an
 // EAGERCOMM_TIMEOUT of 2^63-1 ns made every call time out at once).
 TEST(Timeouts, TimeoutsTooLargeForTheClockSaturate) {
@@ -149,7 +196,7 @@ TEST(Abort, FromAnotherThreadUnblocksTheWaiterWithTheReason) {
   std::thread waiter([&] {
     // No timeout: only abort() can end this wait (rank 1 does not call).
     waited = (*w)[0].allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum,
-                               std::chrono::nanoseconds(0));
+                               kWaitForever);
     returned = true;
   });
   std::this_thread::sleep_for(milliseconds(100));
@@ -187,7 +234,7 @@ TEST(Abort, ReachesTheWaitersOfAsyncRequests) {
       (*w)[2].allreduce_async(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
   ASSERT_TRUE(req.ok());
   Status waited;
-  std::thread waiter([&] { waited = req.value().wait(std::chrono::nanoseconds(0)); });
+  std::thread waiter([&] { waited = req.value().wait(kWaitForever); });
   std::this_thread::sleep_for(milliseconds(50));
   (*w)[2].abort("shutting down");
   waiter.join();

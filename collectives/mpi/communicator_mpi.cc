@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "collectives/communicator_impl.h"
 #include "runtime/log.h"
 #include "runtime/tcp_store.h"
 

@@ -8,6 +8,11 @@
         pa.post(grad)
         r = pa.wait()                                      # r.data, r.round, r.fresh_count
 
+Timeouts (``timeout=``, in seconds) follow one rule here, in the C API and in C++: None (the
+default) or 0 waits EAGERCOMM_TIMEOUT (300 s unless set), ``eagercomm.WAIT_FOREVER``
+(``math.inf``) waits without limit, a positive number is that limit; -1 is an alias of
+WAIT_FOREVER (the C API's EC_TIMEOUT_INFINITE), any other negative number raises ValueError.
+
 Buffers are used in place, without copies: numpy arrays and anything else with the buffer
 protocol, and CPU torch tensors (torch is never imported here). docs/EMBEDDING.md has the
 rules, the exceptions and the threading model.
@@ -27,6 +32,7 @@ from eagercomm._core import (
     Round,
     TimeoutError,
     UnavailableError,
+    WAIT_FOREVER,
     __version__,
 )
 
@@ -43,6 +49,7 @@ __all__ = [
     "PeerFailedError",
     "Round",
     "UnavailableError",
+    "WAIT_FOREVER",
 ]
 # eagercomm.TimeoutError (a builtins.TimeoutError) stays out of __all__: a star import would
 # shadow the builtin.

@@ -84,8 +84,17 @@ using Seconds = std::chrono::duration<double>;
   }
 }
 
+// A timeout in seconds as eagercomm's Python module takes it (communicator.h, "Timeouts"): 0 is
+// EAGERCOMM_TIMEOUT, WAIT_FOREVER (math.inf) and -1 no limit; NaN and other negatives refused.
 std::chrono::nanoseconds to_timeout(double seconds, const char* what) {
-  if (!(seconds >= 0)) throw py::value_error(std::string(what) + ": timeout must be >= 0 seconds");
+  if (seconds == 0) return kConfiguredTimeout;
+  if (seconds == -1) return kWaitForever;
+  if (!(seconds > 0)) {
+    throw py::value_error(std::string(what) + ": timeout " + std::to_string(seconds) +
+                          " is not a number of seconds (eagercomm.WAIT_FOREVER: no limit, 0: "
+                          "EAGERCOMM_TIMEOUT)");
+  }
+  if (seconds * 1e9 >= static_cast<double>(kWaitForever.count())) return kWaitForever;
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(seconds));
 }
 
@@ -186,7 +195,7 @@ class PartialHandle {
       if (polled.value()) {
         r = std::move(*polled.value());
       } else {
-        Result<RoundResult> waited = timeout_.count() > 0 ? pa_->wait(timeout_) : pa_->wait();
+        Result<RoundResult> waited = pa_->wait(timeout_);
         if (!waited.ok()) raise(waited.status(), "partial_allreduce_hook: wait");
         r = std::move(waited).value();
       }

@@ -51,13 +51,31 @@ soname=$(readelf -d "$library" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 echo "library $library (SONAME $soname)"
 
 include=$prefix/include/eagercomm
-for folder in runtime transport collectives; do
-  for header in "$source_root/$folder"/*.h; do
-    [[ -e $header ]] || continue  # the folder has no header yet
-    [[ -f $include/$folder/$(basename "$header") ]] ||
-      fail "header $folder/$(basename "$header") is not installed"
-  done
+# The public API is installed (the headers a C++ program starts from), and nothing internal: every
+# installed header compiles on its own against the prefix (so none includes a header that stayed
+# in the tree) and none calls itself internal.
+for header in collectives/communicator.h collectives/partial_allreduce.h collectives/dtype.h \
+  runtime/status.h runtime/store.h runtime/config.h runtime/memory.h; do
+  [[ -f $include/$header ]] || fail "public header $header is not installed"
 done
+for header in collectives/communicator_impl.h collectives/comm_core.h transport/transport.h; do
+  [[ ! -e $include/$header ]] || fail "internal header $header is installed"
+done
+cxx_for_headers=${EC_INSTALL_CXX:-$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")}
+while IFS= read -r header; do
+  rel=${header#"$include/"}
+  if grep -qE '^// (Internal:|.*Not installed\.)' "$header"; then
+    fail "installed header $rel says it is internal / not installed"
+  fi
+  if [[ $rel == collectives/communicator_mpi.h ]] && ! echo '#include <mpi.h>' |
+    "${cxx_for_headers:-c++}" -x c++ -fsyntax-only - 2>/dev/null; then
+    continue # needs <mpi.h> on the default include path
+  fi
+  echo "#include <eagercomm/$rel>" | "${cxx_for_headers:-c++}" -std=c++20 -fsyntax-only \
+    -I"$prefix/include/eagercomm" -I"$prefix/include" -x c++ - ||
+    fail "installed header $rel does not compile on its own against $prefix"
+done < <(find "$include" -mindepth 2 -name '*.h' | sort)
+echo "headers: $(find "$include" -name '*.h' | wc -l) installed, each self-contained"
 config_header=$include/runtime/build_config.h
 [[ -f $config_header ]] || fail "runtime/build_config.h is not installed"
 grep -q '^#define EAGERCOMM_HAVE_UCX [01]$' "$config_header" ||

@@ -102,7 +102,13 @@ def check_broadcast_allgather_barrier(comm):
     check(np.array_equal(recv2.ravel(), ref), "allgather into a 2-D array")
     comm.barrier()
     comm.barrier(timeout=60)
+    # One rule for every timeout (C++ kWaitForever, C EC_WAIT_FOREVER): WAIT_FOREVER is math.inf
+    # (so is its old spelling), -1 its alias, 0 the same as None (EAGERCOMM_TIMEOUT).
+    check(eagercomm.WAIT_FOREVER == float("inf"), "WAIT_FOREVER is math.inf")
+    comm.barrier(timeout=eagercomm.WAIT_FOREVER)
     comm.barrier(timeout=float("inf"))
+    comm.barrier(timeout=-1)
+    comm.barrier(timeout=0)
 
 
 def check_gil_released(comm):
@@ -232,7 +238,7 @@ def check_partial(comm, mode, dtype):
             take(r)
             took = True
         if not took:
-            take(pa.wait(timeout=60 if step % 3 else None))
+            take(pa.wait(timeout=(None, 60, eagercomm.WAIT_FOREVER)[step % 3]))
     flush_round = pa.flush(take)
     check(rounds == list(range(len(rounds))), f"rounds out of order: {rounds[:10]}...")
     check(rounds and rounds[-1] == flush_round, f"flush round {flush_round}, last {rounds[-1:]}")
@@ -296,8 +302,10 @@ def check_bad_input(comm):
                   ["size x len(send)"], comm.allgather, f, np.zeros(8 * size + 1, np.float32))
     expect_raises("unknown op", eagercomm.InvalidArgumentError, ["prod", "sum, min, max"],
                   comm.allreduce, f, None, "prod")
-    expect_raises("negative timeout", eagercomm.InvalidArgumentError, ["timeout"], comm.barrier,
-                  -1.0)
+    expect_raises("negative timeout", eagercomm.InvalidArgumentError, ["timeout", "WAIT_FOREVER"],
+                  comm.barrier, -2.0)
+    expect_raises("NaN timeout", eagercomm.InvalidArgumentError, ["timeout", "WAIT_FOREVER"],
+                  comm.barrier, float("nan"))
     expect_raises("unknown mode", eagercomm.InvalidArgumentError, ["fast"],
                   eagercomm.PartialAllreduce, comm, 4, "float32", mode="fast")
     expect_raises("unknown late policy", eagercomm.InvalidArgumentError, ["keep"],

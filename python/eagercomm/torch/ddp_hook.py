@@ -32,7 +32,8 @@ class PartialAllreduceState:
     mode: "solo" (default), "majority", "sync" or "quorum:K"; late: "carry" or "drop";
     sync_every: every N-th round synchronous (bounds staleness); seed: majority's PRNG;
     result_depth: how many rounds a rank may fall behind before the others wait for it;
-    timeout: seconds a rank waits for a round (0: EAGERCOMM_TIMEOUT). The communicator:
+    timeout: seconds a rank waits for a round (None or 0: EAGERCOMM_TIMEOUT;
+    eagercomm.WAIT_FOREVER: no limit; the rule of every eagercomm timeout). The communicator:
     ``communicator=``, else ``process_group``'s (an eagercomm group), else the default group's
     when it runs eagercomm, else one joined from the launcher's environment.
     """
@@ -46,7 +47,7 @@ class PartialAllreduceState:
         self.seed = uint_arg(seed, "PartialAllreduceState: seed", U64_MAX)
         self.result_depth = uint_arg(result_depth, "PartialAllreduceState: result_depth",
                                      hint=" (accepted: 1 .. 1024)")
-        self.timeout = float(timeout)
+        self.timeout = 0.0 if timeout is None else float(timeout)
         self._process_group = process_group
         self._comm = communicator
         self._buckets = {}  # (index, numel) -> [_PartialAllreduce, parameters]

@@ -39,7 +39,7 @@ class EagerSGD(torch.optim.Optimizer):
     milestones, gamma), which keeps replicas identical (torch lr schedulers are not supported);
     late "carry" (default) or "drop"; sync_every N makes every N-th round synchronous; seed
     (majority's shared PRNG); result_depth (rounds a rank may lag); timeout in seconds
-    (0: EAGERCOMM_TIMEOUT). The communicator: ``communicator=`` if given, else the
+    (None or 0: EAGERCOMM_TIMEOUT; eagercomm.WAIT_FOREVER: no limit). The communicator: ``communicator=`` if given, else the
     eagercomm ``process_group``'s, else the default group's when it runs eagercomm, else one
     joined from the launcher's environment.
 
@@ -107,7 +107,7 @@ class EagerSGD(torch.optim.Optimizer):
             warmup_rounds=warmup_rounds, warmup_start=float(warmup_start),
             milestones=milestones, gamma=float(gamma), late=str(late),
             sync_every=sync_every, seed=seed, result_depth=result_depth,
-            timeout_s=float(timeout), broadcast_initial=bool(broadcast_initial),
+            timeout_s=0.0 if timeout is None else float(timeout), broadcast_initial=bool(broadcast_initial),
             staleness=str(staleness), solo_speedup=float(solo_speedup))
 
     def _rebind(self):
