@@ -1,5 +1,5 @@
 // A stand-in for libcuda.so.1 with the entry points runtime/cuda_driver.cc resolves, for
-// tests/cuda_driver_test.cc on machines without a GPU: devices, primary contexts, a current
+// tests/runtime/cuda_driver_test.cc on machines without a GPU: devices, primary contexts, a current
 // context and "device" address ranges are set by the test through fake_cuda_* functions, and
 // every call is counted. It also exports the entry points that would create a context or
 // allocate, counting calls, so that a test can show eagercomm never reaches them.

@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "sgd/eager_sgd.h"
-#include "tests/world_harness.h"
+#include "tests/harness/thread_world.h"
 
 namespace eagercomm::sgd {
 namespace {

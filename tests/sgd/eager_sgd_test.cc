@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "tests/world_harness.h"
+#include "tests/harness/thread_world.h"
 
 namespace eagercomm::sgd {
 namespace {

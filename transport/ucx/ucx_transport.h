@@ -88,7 +88,7 @@ struct UcxTransportOptions {
 // Errors: kInvalidArgument for a bad rank/size, kUnavailable when UCX finds no usable
 // transport here (the message carries UCX's reason).
 // Whether the backend takes memory of `kind` given whether UCX handles CUDA memory: Ok, or
-// kNotSupported saying what is missing. Pure (tests/gpu_ucx_test.cc).
+// kNotSupported saying what is missing. Pure (tests/transport/gpu_ucx_test.cc).
 Status ucx_memory_kind_supported(MemoryKind kind, bool ucx_has_cuda);
 
 Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& params);

@@ -14,7 +14,8 @@
 // choose_connect_path() picks one per pair from EAGERCOMM_IB_CONNECT and what both sides offer,
 // and Connection is the per-peer state machine: events in (rdma_cm events, connect(), results
 // of the actions it asked for), actions out. Both are pure, so every transition is unit-tested
-// without a device (tests/verbs_connect_test.cc); verbs_transport.cc performs the actions.
+// without a device (tests/transport/verbs_connect_test.cc); verbs_transport.cc performs the
+// actions.
 #pragma once
 
 #include <cstdint>

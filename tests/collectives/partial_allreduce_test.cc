@@ -1,0 +1,604 @@
+// Partial allreduce invariants (docs/ARCHITECTURE.md, "Partial allreduce"), each on the inproc
+// transport with seeded random delays, for P in {1, 2, 3, 4, 5, 8, 13}, every mode, >= 200 rounds:
+//   1. conservation: after flush, the results sum to the posts, exactly;
+//   2. identical replicas: every rank receives the same result sequence, bit for bit;
+//   3. staleness: with sync_every = N every post lands fewer than N rounds late;
+//   4. solo: fast ranks do not wait for a straggler;
+//   5. majority: the mean fresh fraction is at least 1/2; quorum(k): every round has >= k fresh;
+//   6. adaptive: synchronous rounds when the ranks arrive together or one rank is slow at every
+//      step, solo rounds under a straggler that moves between ranks (collectives/
+//      adaptive_regime.h has the arithmetic's own tests).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "collectives/adaptive_regime.h"
+#include "collectives/element_value.h"
+#include "collectives/partial_meta.h"
+#include "collectives/reduce_kernels.h"
+#include "tests/collectives/partial_scenario.h"
+
+namespace eagercomm::test {
+namespace {
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kRounds = 60;  // sanitizers: keep the run short
+#else
+constexpr int kRounds = 200;
+#endif
+
+struct ModeCase {
+  const char* name;
+  PartialMode mode;
+};
+
+std::vector<PartialMode> modes_for(int P) {
+  std::vector<PartialMode> m = {PartialMode::sync(), PartialMode::solo(), PartialMode::majority(),
+                                PartialMode::quorum_of(std::max(1, P / 2)),
+                                PartialMode::adaptive()};
+  return m;
+}
+
+// Rounds whose activation no flush could have influenced: every rank had entered them before
+// the first rank began flushing.
+uint64_t rounds_before_flush(const std::vector<RankRecord>& rec) {
+  uint64_t m = UINT64_MAX;
+  for (const auto& r : rec) m = std::min(m, r.activated_at_flush);
+  return m;
+}
+
+void expect_conservation_and_replicas(const Scenario& s, const std::vector<RankRecord>& rec,
+                                      const std::string& what) {
+  const int P = s.ranks;
+  // Every rank saw rounds 0 .. F in order, F the same flush round everywhere.
+  for (int r = 0; r < P; ++r) {
+    ASSERT_FALSE(rec[r].results.empty()) << what << " rank " << r;
+    ASSERT_EQ(rec[r].flush_round, rec[0].flush_round) << what;
+    ASSERT_EQ(rec[r].results.size(), rec[0].results.size()) << what << " rank " << r;
+    for (size_t i = 0; i < rec[r].results.size(); ++i) {
+      ASSERT_EQ(rec[r].results[i].round, i) << what << " rank " << r << " out of order";
+    }
+  }
+  // Identical replicas: data bits and metadata.
+  for (int r = 1; r < P; ++r) {
+    for (size_t i = 0; i < rec[0].results.size(); ++i) {
+      const Received& a = rec[0].results[i];
+      const Received& b = rec[r].results[i];
+      ASSERT_EQ(0, std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(float)))
+          << what << ": round " << i << " differs between rank 0 and rank " << r;
+      ASSERT_EQ(a.fresh, b.fresh) << what << " round " << i;
+      ASSERT_EQ(a.age, b.age) << what << " round " << i;
+      ASSERT_EQ(a.posts, b.posts) << what << " round " << i;
+    }
+  }
+  // The metadata counts every post that added data (stats().posts) exactly once, in the poster's
+  // slot, and a rank's slot has an age exactly when it has posts.
+  for (int q = 0; q < P; ++q) {
+    uint64_t counted = 0;
+    for (const Received& x : rec[0].results) {
+      counted += static_cast<uint64_t>(x.posts[q]);
+      ASSERT_EQ(x.posts[q] > 0, x.age[q] >= 0) << what << " round " << x.round << " rank " << q;
+      if (x.fresh[q]) {
+        ASSERT_GT(x.posts[q], 0) << what << " round " << x.round;
+      }
+    }
+    ASSERT_EQ(counted, rec[q].posts) << what << ": rank " << q << "'s posts (added, not dropped)";
+  }
+  // Conservation: the sum over results equals the sum over everybody's posts (minus drops).
+  std::vector<double> results(s.count, 0.0), posted(s.count, 0.0);
+  for (const Received& x : rec[0].results) {
+    for (size_t j = 0; j < s.count; ++j) results[j] += x.data[j];
+  }
+  uint64_t dropped = 0;
+  for (const auto& r : rec) {
+    for (size_t j = 0; j < s.count; ++j) posted[j] += r.posted[j];
+    dropped += r.dropped;
+  }
+  for (size_t j = 0; j < s.count; ++j) {
+    // Dropped posts are all-ones gradients in drop scenarios, so each one is 1 per element.
+    ASSERT_EQ(results[j] + static_cast<double>(dropped), posted[j])
+        << what << ": element " << j << " (dropped " << dropped << ")";
+  }
+}
+
+// Every invariant over both round paths: rounds through the object's boxes (the default for
+// these 37-element gradients on inproc) and rounds as messages (EAGERCOMM_SMALL_MAX_BYTES=0).
+class PartialInvariants : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  int ranks() const { return std::get<0>(GetParam()); }
+  bool boxes() const { return std::get<1>(GetParam()); }
+  Scenario scenario() const {
+    Scenario s;
+    s.ranks = ranks();
+    if (!boxes()) s.config = {{"EAGERCOMM_SMALL_MAX_BYTES", "0"}};
+    return s;
+  }
+  // run_scenario(), checking that the rounds took the path under test (one rank has no peers).
+  std::vector<RankRecord> run(const Scenario& s) {
+    std::vector<RankRecord> rec = run_scenario(s);
+    for (int r = 0; r < s.ranks && !HasFailure(); ++r) {
+      EXPECT_EQ(rec[r].in_boxes, boxes() && s.ranks > 1) << "rank " << r;
+    }
+    return rec;
+  }
+};
+
+TEST_P(PartialInvariants, ConservationAndIdenticalReplicasInEveryMode) {
+  const int P = ranks();
+  for (const PartialMode& mode : modes_for(P)) {
+    Scenario s = scenario();
+    s.mode = mode;
+    s.iterations = kRounds;
+    s.seed = 17 + P;
+    auto rec = run(s);
+    if (HasFailure()) return;
+    expect_conservation_and_replicas(s, rec, "P=" + std::to_string(P) + " " + mode.name());
+    if (HasFailure()) return;
+  }
+}
+
+TEST_P(PartialInvariants, DropPolicyAccountsForEveryDiscardedPost) {
+  const int P = ranks();
+  for (const PartialMode& mode : {PartialMode::solo(), PartialMode::majority()}) {
+    Scenario s = scenario();
+    s.mode = mode;
+    s.options.late = LatePolicy::kDrop;
+    s.iterations = kRounds;
+    s.ones = true;
+    s.seed = 5 + P;
+    auto rec = run(s);
+    if (HasFailure()) return;
+    expect_conservation_and_replicas(s, rec, "drop P=" + std::to_string(P) + " " + mode.name());
+    uint64_t total = 0;
+    for (const auto& r : rec) total += r.posts + r.dropped;
+    EXPECT_EQ(total, static_cast<uint64_t>(P) * kRounds);
+  }
+}
+
+TEST_P(PartialInvariants, SyncEveryBoundsStaleness) {
+  const int P = ranks();
+  const uint32_t N = 4;
+  for (const PartialMode& mode : {PartialMode::solo(), PartialMode::majority()}) {
+    Scenario s = scenario();
+    s.mode = mode;
+    s.options.sync_every = N;
+    s.iterations = kRounds;
+    s.seed = 99 + P;
+    s.max_delay_us = 1500;
+    auto rec = run(s);
+    if (HasFailure()) return;
+    expect_conservation_and_replicas(s, rec, "sync_every P=" + std::to_string(P));
+    const uint64_t checked = rounds_before_flush(rec);
+    for (const Received& x : rec[0].results) {
+      if (x.round >= checked) break;
+      ASSERT_LT(x.max_age, static_cast<int>(N))
+          << mode.name() << " P=" << P << ": round " << x.round << " carries a post " << x.max_age
+          << " rounds old";
+      if ((x.round + 1) % N == 0) {
+        ASSERT_EQ(x.fresh_count, P) << "synchronous round " << x.round << " is not all fresh";
+      }
+    }
+  }
+}
+
+TEST_P(PartialInvariants, QuorumGuaranteesKFreshAndMajorityHalfOnAverage) {
+  const int P = ranks();
+  {
+    Scenario s = scenario();
+    s.mode = PartialMode::quorum_of(std::max(1, (P + 1) / 2));
+    s.iterations = kRounds;
+    s.seed = 7 + P;
+    auto rec = run(s);
+    if (HasFailure()) return;
+    const uint64_t checked = rounds_before_flush(rec);
+    for (const Received& x : rec[0].results) {
+      if (x.round >= checked) break;
+      ASSERT_GE(x.fresh_count, s.mode.quorum) << s.mode.name() << " round " << x.round;
+    }
+  }
+  {
+    Scenario s = scenario();
+    s.mode = PartialMode::majority();
+    s.iterations = kRounds;
+    s.seed = 11 + P;
+    s.delay_probability = 1.0;  // random arrival order every round
+    s.max_delay_us = 1000;
+    auto rec = run(s);
+    if (HasFailure()) return;
+    const uint64_t checked = rounds_before_flush(rec);
+    double sum = 0;
+    int n = 0;
+    for (const Received& x : rec[0].results) {
+      if (x.round >= checked) break;
+      sum += static_cast<double>(x.fresh_count) / P;
+      ++n;
+    }
+    ASSERT_GT(n, 20);
+    EXPECT_GE(sum / n, 0.5) << "majority: mean fresh fraction over " << n << " rounds";
+  }
+}
+
+// Boxes at every size; messages (the path before boxes, and the one every transport without
+// mapped allocations takes, over processes in mp_collectives_*) at a power of two, an odd size
+// and the largest, to keep make check within its time.
+INSTANTIATE_TEST_SUITE_P(P, PartialInvariants,
+                         ::testing::Values(std::tuple(1, true), std::tuple(2, true),
+                                           std::tuple(3, true), std::tuple(4, true),
+                                           std::tuple(5, true), std::tuple(8, true),
+                                           std::tuple(13, true), std::tuple(2, false),
+                                           std::tuple(5, false), std::tuple(13, false)),
+                         [](const auto& info) {
+                           return "P" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_boxes" : "_messages");
+                         });
+
+// Rank 3 sleeps 200 ms before each of its `slow_iterations` posts; the others post `iterations`
+// times without delay and must finish well within `limit_ms`.
+void expect_fast_ranks_go_on(PartialMode mode, int iterations, int slow_iterations,
+                             double limit_ms) {
+  Scenario s;
+  s.ranks = 4;
+  s.mode = mode;
+  s.iterations = iterations;
+  s.slow_rank = 3;
+  s.slow_delay_ms = 200;
+  s.slow_iterations = slow_iterations;
+  s.max_delay_us = 0;
+  auto rec = run_scenario(s);
+  if (::testing::Test::HasFailure()) return;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_LT(rec[r].loop_ms, limit_ms)
+        << mode.name() << ": fast rank " << r << " took " << rec[r].loop_ms << " ms";
+  }
+  expect_conservation_and_replicas(s, rec, mode.name() + " straggler");
+}
+
+TEST(PartialAllreduce, SoloFastRanksDoNotWaitForAStraggler) {
+  // 20 rounds at the straggler's pace would take 4000 ms; a fast rank must be far quicker.
+  expect_fast_ranks_go_on(PartialMode::solo(), 20, 3, 1500.0);
+}
+
+// Rounds through boxes in every mode, while no rank flushes (the first half of each rank's
+// loop): no mailbox message at all. A
+// contribution in a box activates its round (solo; majority from the initiator; quorum and
+// synchronous rounds from the coordinator, which counts the tentative stores of the ranks that
+// entered early as their arrivals), so neither activations nor arrivals nor data travel as
+// messages. The same rounds as messages send some (the control: the counter counts).
+TEST(PartialAllreduce, RoundsThroughBoxesSendNoMessageInAnyMode) {
+  for (bool boxes : {true, false}) {
+    for (const PartialMode& mode :
+         {PartialMode::solo(), PartialMode::majority(), PartialMode::quorum_of(2),
+          PartialMode::sync(), PartialMode::adaptive()}) {
+      Scenario s;
+      s.ranks = 4;
+      s.mode = mode;
+      s.iterations = 60;
+      s.seed = 31;
+      s.config = {{"EAGERCOMM_HEARTBEAT", "0"}};
+      if (!boxes) s.config.emplace_back("EAGERCOMM_SMALL_MAX_BYTES", "0");
+      auto rec = run_scenario(s);
+      if (HasFailure()) return;
+      const std::string what = mode.name() + (boxes ? " through boxes" : " as messages");
+      expect_conservation_and_replicas(s, rec, what);
+      uint64_t sent = 0;
+      for (const RankRecord& r : rec) {
+        ASSERT_EQ(r.in_boxes, boxes) << what;
+        sent += r.loop_messages;
+      }
+      if (boxes) {
+        EXPECT_EQ(sent, 0u) << what << ": messages sent while the ranks posted";
+      } else if (mode.kind != PartialKind::kSolo) {
+        EXPECT_GT(sent, 0u) << what << ": the control sent nothing";
+      }
+    }
+  }
+}
+
+// Rounds through boxes: a contribution stored in a peer's box must wake that peer's engine,
+// asleep in the transport's wait() while its application does something else (here: rank 3
+// sleeps 1.5 s before its one post). The other ranks pause up to 10 ms (5 ms on average) before
+// each of their 40 posts, longer than an engine spins before it sleeps (1 ms), so rank 3's engine
+// is asleep when each round begins: with the wake-up the loop takes about 0.2 s; without it rank
+// 3's progress thread looks only every 100 ms (the engine's longest sleep), about one round per
+// look: seconds (measured: 3.9 s). The result queue is deeper than the rounds can be (each
+// post may start its own round: up to 120): rank 3 takes no result while it sleeps, and a full
+// queue would hold every rank back, whichever path the rounds take.
+TEST(PartialAllreduce, RoundsThroughBoxesWakeARankWhoseApplicationSleeps) {
+  Scenario s;
+  s.ranks = 4;
+  s.mode = PartialMode::solo();
+  s.options.result_depth = 128;
+  s.iterations = 40;
+  s.slow_rank = 3;
+  s.slow_delay_ms = 1500;
+  s.slow_iterations = 1;
+  s.delay_probability = 1.0;
+  s.max_delay_us = 10000;
+  auto rec = run_scenario(s);
+  if (HasFailure()) return;
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(rec[r].in_boxes) << "rank " << r;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_LT(rec[r].loop_ms, 1200.0) << "fast rank " << r << " took " << rec[r].loop_ms << " ms";
+  }
+  expect_conservation_and_replicas(s, rec, "sleeping rank");
+}
+
+// The regime's arithmetic on made-up metadata: 4 ranks, windows of 8 rounds, solo from a
+// predicted 1.5x. compute(round, rank) is the rank's compute before its post in that round.
+std::vector<bool> regime_decisions(const std::function<uint32_t(uint64_t, int)>& compute,
+                                   uint64_t rounds, double* predicted = nullptr) {
+  detail::AdaptiveRegime regime(4, 8, 1.5);
+  std::vector<bool> solo;
+  std::vector<detail::RankMeta> metas(4);
+  for (uint64_t r = 0; r < rounds; ++r) {
+    solo.push_back(regime.solo(r));  // asked before the round, as the engine does
+    for (int p = 0; p < 4; ++p) {
+      metas[p] = {};
+      metas[p].posts = 1;
+      metas[p].age = 0;
+      metas[p].fresh = true;
+      metas[p].compute_us = compute(r, p);
+      metas[p].measured = metas[p].compute_us > 0 ? 1 : 0;
+    }
+    regime.observe(r, metas);
+  }
+  if (predicted) *predicted = regime.predicted_speedup();
+  return solo;
+}
+
+TEST(AdaptiveRegime, AMovingStragglerMakesRoundsSoloFromTheThirdWindow) {
+  // Rank r % 4 computes 40 ms in round r, the others 10 ms: a synchronous step lasts 40 ms,
+  // every rank's mean is 17.5 ms: 2.3x.
+  double predicted = 0;
+  const auto solo = regime_decisions(
+      [](uint64_t r, int p) { return r % 4 == static_cast<uint64_t>(p) ? 40'000u : 10'000u; }, 64,
+      &predicted);
+  EXPECT_NEAR(predicted, 40.0 / 17.5, 1e-9);
+  for (uint64_t r = 0; r < 16; ++r) EXPECT_FALSE(solo[r]) << "round " << r;
+  for (uint64_t r = 16; r < 64; ++r) EXPECT_TRUE(solo[r]) << "round " << r;
+}
+
+TEST(AdaptiveRegime, EqualPaceAndAPersistentStragglerStaySynchronous) {
+  // Scheduling noise only (10-12 ms), and rank 3 slow at every step (30 ms): the synchronous
+  // step is within 1.5x of the slowest rank's mean in both.
+  for (const auto& compute : std::vector<std::function<uint32_t(uint64_t, int)>>{
+           [](uint64_t r, int p) {
+             return 10'000u + static_cast<uint32_t>((r * 7 + p * 3) % 3) * 1000u;
+           },
+           [](uint64_t, int p) { return p == 3 ? 30'000u : 10'000u; }}) {
+    double predicted = 0;
+    const auto solo = regime_decisions(compute, 64, &predicted);
+    EXPECT_LT(predicted, 1.5);
+    for (uint64_t r = 0; r < 64; ++r) EXPECT_FALSE(solo[r]) << "round " << r;
+  }
+}
+
+TEST(AdaptiveRegime, FollowsAStragglerThatComesAndGoes) {
+  // The moving straggler for rounds 0-31, then equal pace: solo from window 2 (decided from
+  // window 0), synchronous again from the first window decided from two of equal pace.
+  const auto solo = regime_decisions(
+      [](uint64_t r, int p) {
+        return r < 32 && r % 4 == static_cast<uint64_t>(p) ? 40'000u : 10'000u;
+      },
+      80);
+  // Window 6 (rounds 48-55) is decided from windows 3 and 4, half straggler, half equal pace
+  // (25 ms against 13.75: 1.8x): still solo. Window 7 is decided from windows 4 and 5, equal
+  // pace: synchronous.
+  for (uint64_t r = 16; r < 56; ++r) EXPECT_TRUE(solo[r]) << "round " << r;
+  for (uint64_t r = 56; r < 80; ++r) EXPECT_FALSE(solo[r]) << "round " << r;
+}
+
+TEST(AdaptiveRegime, RoundsWithoutMeasuredPostsAndRoundsOutOfOrderCountForNothing) {
+  detail::AdaptiveRegime regime(2, 4, 1.5);
+  std::vector<detail::RankMeta> metas(2);
+  for (uint64_t r = 0; r < 8; ++r) {
+    // Rank r % 2 is 10x slower in round r: solo promises 1.8x; a flush round (no measured post)
+    // and a replayed round must not change that.
+    metas[0].compute_us = r % 2 == 0 ? 100'000 : 10'000;
+    metas[1].compute_us = r % 2 == 1 ? 100'000 : 10'000;
+    metas[0].measured = metas[1].measured = 1;
+    metas[0].posts = metas[1].posts = 1;
+    if (r == 5) {
+      metas[0].measured = metas[1].measured = 0;  // a flush round
+    }
+    regime.observe(r, metas);
+    regime.observe(r, metas);  // the same round again: ignored
+  }
+  regime.observe(100, metas);  // out of order: ignored
+  // Window 3 (rounds 12-15) is decided from windows 0 and 1; round 5 carried nothing.
+  EXPECT_TRUE(regime.solo(12));
+  EXPECT_FALSE(regime.solo(0));
+  EXPECT_FALSE(regime.solo(4));
+  EXPECT_TRUE(regime.solo(8));
+  // Rank 0 was slow in rounds 0, 2, 4, 6 and fast in 1, 3, 7: the slowest mean.
+  EXPECT_NEAR(regime.predicted_speedup(), 100.0 / ((100.0 * 4 + 10.0 * 3) / 7), 1e-9);
+}
+
+// Rounds [from, to) of rank 0's results before the flush round: how many had every rank fresh.
+std::pair<int, int> all_fresh_rounds(const std::vector<RankRecord>& rec, int ranks, uint64_t from,
+                                     uint64_t to) {
+  const uint64_t end = std::min(to, rounds_before_flush(rec));
+  int all_fresh = 0, n = 0;
+  for (const Received& x : rec[0].results) {
+    if (x.round < from || x.round >= end) continue;
+    all_fresh += x.fresh_count == ranks;
+    ++n;
+  }
+  return {all_fresh, n};
+}
+
+// Adaptive rounds are synchronous until two windows (16 rounds each at result_depth 4) are
+// measured, then follow the predicted speedup per epoch of solo rounds.
+constexpr uint64_t kAdaptiveWindow = 16;
+
+TEST(PartialAllreduce, AdaptiveGoesSoloUnderAStragglerThatMoves) {
+  // Rank (i mod 4) sleeps 20 ms before its i-th post: a synchronous step waits 20 ms every time,
+  // while each rank sleeps one step in four: solo rounds promise ~4x faster epochs.
+  Scenario s;
+  s.ranks = 4;
+  s.mode = PartialMode::adaptive();
+  s.iterations = 112;
+  s.max_delay_us = 0;
+  s.rotate_slow = true;
+  s.slow_delay_ms = 20;
+  auto rec = run_scenario(s);
+  if (HasFailure()) return;
+  expect_conservation_and_replicas(s, rec, "adaptive, moving straggler");
+  const auto [sync_fresh, sync_n] = all_fresh_rounds(rec, s.ranks, 0, 2 * kAdaptiveWindow);
+  EXPECT_EQ(sync_fresh, sync_n) << "the first two windows are synchronous";
+  EXPECT_EQ(sync_n, static_cast<int>(2 * kAdaptiveWindow));
+  // From window 3 on, solo: the round the straggler sleeps in goes on without it. Wide margin
+  // (a descheduled rank can make a solo round look synchronous, never the reverse).
+  const auto [solo_fresh, solo_n] = all_fresh_rounds(rec, s.ranks, 3 * kAdaptiveWindow, UINT64_MAX);
+  ASSERT_GT(solo_n, 20);
+  EXPECT_LE(solo_fresh, solo_n / 2)
+      << solo_fresh << " of " << solo_n << " rounds from window 3 on were synchronous";
+}
+
+// Every rank sleeps 20 ms per step (equal pace), or rank 3 alone sleeps 30 ms at every step (a
+// persistent straggler: an epoch lasts its shard whatever the rounds do): solo rounds would
+// gain nothing per epoch, so the rounds stay synchronous.
+void expect_adaptive_stays_synchronous(bool everybody_sleeps) {
+  Scenario s;
+  s.ranks = 4;
+  s.mode = PartialMode::adaptive();
+  s.iterations = 80;
+  s.delay_probability = 0;
+  // Equal pace predicts 1.0x plus the scheduling noise of the slowest rank each step; on a loaded
+  // machine that noise must not reach the threshold (the arithmetic has exact tests above).
+  if (everybody_sleeps) s.options.solo_speedup = 2.0;
+  std::vector<RankRecord> rec(s.ranks);
+  auto w = World::make(s.ranks, test_config(s.config));
+  w->run([&](int rank, Communicator& comm) {
+    Scenario mine = s;
+    mine.slow_rank = everybody_sleeps ? rank : 3;
+    mine.slow_delay_ms = everybody_sleeps ? 20 : 30;
+    rec[rank] = run_rank(rank, comm, mine);
+  });
+  for (int r = 0; r < s.ranks; ++r) ASSERT_TRUE(rec[r].error.ok()) << rec[r].error.to_string();
+  const std::string what = everybody_sleeps ? "adaptive, equal pace" : "adaptive, slow rank 3";
+  expect_conservation_and_replicas(s, rec, what);
+  const auto [all_fresh, n] = all_fresh_rounds(rec, s.ranks, 0, UINT64_MAX);
+  ASSERT_GT(n, 60) << what;
+  // Synchronous rounds wait for every fresh post: no exception, however the ranks are scheduled.
+  EXPECT_EQ(all_fresh, n) << what << ": " << all_fresh << " of " << n << " rounds synchronous";
+}
+
+TEST(PartialAllreduce, AdaptiveStaysSynchronousWhenRanksKeepPace) {
+  expect_adaptive_stays_synchronous(true);
+}
+
+TEST(PartialAllreduce, AdaptiveStaysSynchronousUnderAPersistentStraggler) {
+  expect_adaptive_stays_synchronous(false);
+}
+
+TEST(PartialAllreduce, SyncModeIsAPlainAllreduceOfFreshGradients) {
+  Scenario s;
+  s.ranks = 5;
+  s.mode = PartialMode::sync();
+  s.iterations = 50;
+  auto rec = run_scenario(s);
+  if (HasFailure()) return;
+  for (const Received& x : rec[0].results) {
+    if (x.round == rec[0].flush_round) break;
+    ASSERT_EQ(x.fresh_count, 5) << "round " << x.round;
+    ASSERT_EQ(x.max_age, 0);
+    for (size_t j = 0; j < s.count; ++j) {
+      float expect = 0;
+      for (int r = 0; r < 5; ++r) expect += gradient_value(r, static_cast<int>(x.round), j);
+      ASSERT_EQ(x.data[j], expect) << "round " << x.round;
+    }
+  }
+}
+
+// The round metadata rides in the tail of the data allreduce (collectives/partial_meta.h): each
+// rank writes only its own slots, the collective sums the tails, and every rank's values come
+// back unchanged, in every data type, including values beyond one digit.
+TEST(PartialMeta, EveryRanksValuesSurviveTheSumInEveryType) {
+  for (DataType type : kAllDataTypes) {
+    for (int P : {1, 3, 13, 64}) {
+      const size_t n = detail::meta_elements(type, P);
+      const size_t bytes = n * dtype_size(type);
+      std::vector<uint8_t> sum(bytes, 0), one(bytes);
+      std::vector<detail::RankMeta> want(P);
+      std::mt19937_64 rng(static_cast<uint64_t>(P) * 7 + static_cast<uint64_t>(type));
+      for (int r = 0; r < P; ++r) {
+        detail::RankMeta& m = want[r];
+        const int pick = static_cast<int>(rng() % 4);
+        m.posts = pick == 0 ? 0 : pick == 1 ? 1 : pick == 2 ? 257 + r : 0x7fffffff - r;
+        m.age = m.posts == 0 ? -1 : pick == 3 ? 1'000'000'007 : static_cast<int>(rng() % 70000);
+        m.fresh = m.posts > 0 && (rng() & 1);
+        m.compute_us =
+            pick == 3 ? detail::RankMeta::kMaxComputeUs : static_cast<uint32_t>(rng() % 5'000'000);
+        m.measured = static_cast<int>(rng() % (detail::RankMeta::kMaxMeasured + 1));
+        std::fill(one.begin(), one.end(), uint8_t{0});
+        detail::write_rank_meta(one.data(), type, P, r, m);
+        reduce(type, ReduceOp::kSum, sum.data(), sum.data(), one.data(), n);
+      }
+      for (int r = 0; r < P; ++r) {
+        const detail::RankMeta got = detail::read_rank_meta(sum.data(), type, P, r);
+        ASSERT_EQ(got.posts, want[r].posts) << dtype_name(type) << " P=" << P << " rank " << r;
+        ASSERT_EQ(got.age, want[r].age) << dtype_name(type) << " P=" << P << " rank " << r;
+        ASSERT_EQ(got.fresh, want[r].fresh) << dtype_name(type) << " P=" << P << " rank " << r;
+        ASSERT_EQ(got.compute_us, want[r].compute_us) << dtype_name(type) << " P=" << P;
+        ASSERT_EQ(got.measured, want[r].measured) << dtype_name(type) << " P=" << P;
+      }
+    }
+  }
+  // Out of range: clamped, never wrapped to a small number.
+  std::vector<float> tail(detail::meta_elements(DataType::kFloat32, 1), 0.0f);
+  detail::write_rank_meta(tail.data(), DataType::kFloat32, 1, 0,
+                          {true, INT32_MAX, -5, UINT32_MAX, 1000});
+  const detail::RankMeta got = detail::read_rank_meta(tail.data(), DataType::kFloat32, 1, 0);
+  EXPECT_EQ(got.age, INT32_MAX - 1);
+  EXPECT_EQ(got.posts, 0);
+  EXPECT_EQ(got.compute_us, detail::RankMeta::kMaxComputeUs);
+  EXPECT_EQ(got.measured, detail::RankMeta::kMaxMeasured);
+}
+
+// Every data type carries its metadata through real rounds: sync rounds report every rank fresh
+// with one post, and the data is the plain sum.
+TEST(PartialAllreduce, MetadataIsRightInEveryType) {
+  for (DataType type : kAllDataTypes) {
+    const int P = 3;
+    const size_t count = 5;
+    auto w = World::make(P, test_config({}));
+    std::vector<std::string> errors(P);
+    w->run([&](int rank, Communicator& comm) {
+      auto made = PartialAllreduce::create(comm, count, type, PartialMode::sync());
+      if (!made.ok()) {
+        errors[rank] = made.status().to_string();
+        return;
+      }
+      std::vector<uint8_t> g(count * dtype_size(type));
+      for (int it = 0; it < 4; ++it) {
+        for (size_t j = 0; j < count; ++j) store_element(type, g.data(), j, rank + it + 1);
+        Status st = made.value()->post(g.data(), count, type);
+        auto r = st.ok() ? made.value()->wait() : Result<RoundResult>(st);
+        if (!r.ok()) {
+          errors[rank] = r.status().to_string();
+          return;
+        }
+        const RoundResult& res = r.value();
+        std::string bad;
+        for (int q = 0; q < P; ++q) {
+          if (!res.fresh(q) || res.age(q) != 0 || res.posts(q) != 1)
+            bad += " rank" + std::to_string(q);
+        }
+        for (size_t j = 0; j < count; ++j) {
+          if (load_element(type, res.data(), j) != 3 * it + 6) bad += " element";
+        }
+        if (!bad.empty()) {
+          errors[rank] = std::string(dtype_name(type)) + " round " + std::to_string(it) + ":" + bad;
+          return;
+        }
+      }
+      (void)made.value()->flush([](RoundResult&&) {});
+    });
+    for (int r = 0; r < P; ++r) EXPECT_EQ(errors[r], "") << dtype_name(type) << " rank " << r;
+  }
+}
+
+}  // namespace
+}  // namespace eagercomm::test
