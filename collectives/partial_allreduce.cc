@@ -9,13 +9,13 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/algorithms.h"
-#include "collectives/comm_core.h"
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/communicator.h"
-#include "collectives/partial_meta.h"
-#include "collectives/partial_shared.h"
-#include "collectives/partial_stream.h"
-#include "collectives/reduce_kernels.h"
+#include "collectives/engine/comm_core.h"
+#include "collectives/kernels/reduce_kernels.h"
+#include "collectives/partial/partial_meta.h"
+#include "collectives/partial/partial_shared.h"
+#include "collectives/partial/partial_stream.h"
 #include "runtime/deadline.h"
 #include "runtime/gpu.h"
 #include "runtime/log.h"

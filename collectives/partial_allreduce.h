@@ -28,7 +28,8 @@
 //               an epoch at least `solo_speedup` times faster than synchronous ones, from the
 //               compute times the rounds' metadata carries (every rank's time outside this
 //               object's calls before each post); synchronous otherwise and at the start.
-//               Every rank decides the same from the same numbers (collectives/adaptive_regime.h).
+//               Every rank decides the same from the same numbers
+//               (collectives/partial/adaptive_regime.h).
 // Every sync_every-th round (option) is synchronous whatever the mode, which bounds staleness:
 // every post lands at most sync_every - 1 rounds after the round it was meant for.
 //

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "collectives/communicator.h"
-#include "collectives/element_value.h"
+#include "collectives/kernels/element_value.h"
 #include "tests/mismatch_cases.h"
 #include "tests/partial_harness.h"
 

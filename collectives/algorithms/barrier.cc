@@ -1,6 +1,6 @@
 // Dissemination barrier: in round k rank r signals r + 2^k and waits for r - 2^k; after
 // ceil(log2 P) rounds every rank has transitively heard from every other rank.
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 
 namespace eagercomm::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "collectives/small_boxes.h"
+#include "collectives/engine/small_boxes.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>

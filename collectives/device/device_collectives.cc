@@ -1,9 +1,9 @@
-#include "collectives/device_collectives.h"
+#include "collectives/device/device_collectives.h"
 
 #include <cstdint>
 
 #include "collectives/cuda/cuda_reduce.h"
-#include "collectives/device_routing.h"
+#include "collectives/device/device_routing.h"
 #include "runtime/log.h"
 
 namespace eagercomm::detail {

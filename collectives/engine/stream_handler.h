@@ -10,7 +10,7 @@
 
 #include <chrono>
 
-#include "collectives/op.h"
+#include "collectives/engine/op.h"
 #include "runtime/status.h"
 
 namespace eagercomm::detail {

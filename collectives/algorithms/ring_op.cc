@@ -1,4 +1,4 @@
-#include "collectives/ring_op.h"
+#include "collectives/algorithms/ring_op.h"
 
 namespace eagercomm::detail {
 

@@ -12,8 +12,8 @@
 #include <deque>
 #include <vector>
 
-#include "collectives/algorithms.h"
-#include "collectives/reduce_kernels.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/kernels/reduce_kernels.h"
 
 namespace eagercomm::detail {
 namespace {

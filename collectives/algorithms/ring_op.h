@@ -9,7 +9,7 @@
 
 #include <deque>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 
 namespace eagercomm::detail {
 

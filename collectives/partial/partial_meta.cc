@@ -1,8 +1,8 @@
-#include "collectives/partial_meta.h"
+#include "collectives/partial/partial_meta.h"
 
 #include <algorithm>
 
-#include "collectives/element_value.h"
+#include "collectives/kernels/element_value.h"
 
 namespace eagercomm::detail {
 namespace {

@@ -16,8 +16,8 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/engine/small_boxes.h"
 #include "collectives/partial_allreduce.h"
-#include "collectives/small_boxes.h"
 #include "runtime/bounded_queue.h"
 #include "transport/transport.h"
 

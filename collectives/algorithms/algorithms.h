@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "collectives/op.h"
+#include "collectives/engine/op.h"
 
 namespace eagercomm::detail {
 

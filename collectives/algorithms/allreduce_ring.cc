@@ -15,8 +15,8 @@
 // other rank and a mismatch in arguments is always detected.
 #include <cstring>
 
-#include "collectives/reduce_kernels.h"
-#include "collectives/ring_op.h"
+#include "collectives/algorithms/ring_op.h"
+#include "collectives/kernels/reduce_kernels.h"
 
 namespace eagercomm::detail {
 namespace {

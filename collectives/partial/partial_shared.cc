@@ -1,6 +1,6 @@
-#include "collectives/partial_shared.h"
+#include "collectives/partial/partial_shared.h"
 
-#include "collectives/comm_core.h"
+#include "collectives/engine/comm_core.h"
 
 namespace eagercomm::detail {
 

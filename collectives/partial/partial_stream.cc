@@ -1,11 +1,11 @@
-#include "collectives/partial_stream.h"
+#include "collectives/partial/partial_stream.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
-#include "collectives/comm_core.h"
-#include "collectives/partial_meta.h"
+#include "collectives/engine/comm_core.h"
+#include "collectives/partial/partial_meta.h"
 #include "runtime/log.h"
 
 namespace eagercomm::detail {

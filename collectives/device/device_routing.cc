@@ -1,4 +1,4 @@
-#include "collectives/device_routing.h"
+#include "collectives/device/device_routing.h"
 
 #include <cstdint>
 #include <string>

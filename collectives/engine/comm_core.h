@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/op.h"
-#include "collectives/small_boxes.h"
-#include "collectives/stream_handler.h"
+#include "collectives/engine/op.h"
+#include "collectives/engine/small_boxes.h"
+#include "collectives/engine/stream_handler.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/mpsc_queue.h"

@@ -4,8 +4,8 @@
 // other one and mismatched arguments are always detected.
 #include <cstring>
 
-#include "collectives/reduce_kernels.h"
-#include "collectives/ring_op.h"
+#include "collectives/algorithms/ring_op.h"
+#include "collectives/kernels/reduce_kernels.h"
 
 namespace eagercomm::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "collectives/stream_copy.h"
+#include "collectives/engine/stream_copy.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "collectives/dtype.h"
-#include "collectives/half.h"
+#include "collectives/kernels/half.h"
 
 namespace eagercomm {
 

@@ -46,7 +46,7 @@
 #include <span>
 #include <vector>
 
-#include "collectives/op.h"
+#include "collectives/engine/op.h"
 #include "runtime/status.h"
 #include "transport/transport.h"
 

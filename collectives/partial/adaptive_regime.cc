@@ -1,4 +1,4 @@
-#include "collectives/adaptive_regime.h"
+#include "collectives/partial/adaptive_regime.h"
 
 #include <algorithm>
 

@@ -1,11 +1,11 @@
-#include "collectives/reduce_kernels.h"
+#include "collectives/kernels/reduce_kernels.h"
 
 #include <array>
 #include <bit>
 #include <cstring>
 #include <type_traits>
 
-#include "collectives/half.h"
+#include "collectives/kernels/half.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>

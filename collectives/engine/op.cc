@@ -1,4 +1,4 @@
-#include "collectives/op.h"
+#include "collectives/engine/op.h"
 
 #include <cstring>
 

@@ -32,10 +32,10 @@
 #include <optional>
 #include <vector>
 
-#include "collectives/adaptive_regime.h"
-#include "collectives/algorithms.h"
-#include "collectives/partial_shared.h"
-#include "collectives/stream_handler.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/engine/stream_handler.h"
+#include "collectives/partial/adaptive_regime.h"
+#include "collectives/partial/partial_shared.h"
 
 namespace eagercomm::detail {
 

@@ -1,4 +1,4 @@
-#include "collectives/comm_core.h"
+#include "collectives/engine/comm_core.h"
 
 #include <sched.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/algorithms.h"
 #include "runtime/deadline.h"
 #include "runtime/log.h"
 #include "transport/registry.h"

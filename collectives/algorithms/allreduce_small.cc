@@ -20,9 +20,9 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/algorithms.h"
-#include "collectives/reduce_kernels.h"
-#include "collectives/small_boxes.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/engine/small_boxes.h"
+#include "collectives/kernels/reduce_kernels.h"
 
 namespace eagercomm::detail {
 namespace {

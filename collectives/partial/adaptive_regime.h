@@ -31,7 +31,7 @@
 #include <span>
 #include <vector>
 
-#include "collectives/partial_meta.h"
+#include "collectives/partial/partial_meta.h"
 
 namespace eagercomm::detail {
 

@@ -19,9 +19,9 @@
 #include <span>
 #include <vector>
 
-#include "collectives/algorithms.h"
-#include "collectives/reduce_kernels.h"
-#include "collectives/stream_copy.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/engine/stream_copy.h"
+#include "collectives/kernels/reduce_kernels.h"
 
 namespace eagercomm::detail {
 namespace {
