@@ -2,21 +2,30 @@
 //
 // Owns the transport endpoint, the mailbox and the engine; routes every arrived message to its
 // operation by key after checking the signature; fails operations on every rank when one rank
-// finds a problem; and implements ProgressSource for the engine.
+// finds a problem; and implements ProgressSource for the engine. Its parts:
+//   bootstrap.h          joining the world and connecting to every peer (during create())
+//   liveness_watchdog.h  heartbeats and the watchdog that declares silent peers hung
+//   failure_state.h      the peers that are gone, and failed operations that wait for peers to
+//                        stop using their buffers; comm_core_failure.cc fails operations,
+//                        handles peers' exits and control notices, destroys
+//   notice_queue.h       header-only and short-text messages waiting for a slot
+//   comm_core.cc         creation, submission and blocking runs, streams
+//   comm_core_loop.cc    progress: beginning operations, polling, dispatching messages
 #pragma once
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "collectives/engine/failure_state.h"
+#include "collectives/engine/liveness_watchdog.h"
+#include "collectives/engine/notice_queue.h"
 #include "collectives/engine/op.h"
 #include "collectives/engine/small_boxes.h"
 #include "collectives/engine/stream_handler.h"
@@ -29,12 +38,17 @@
 
 namespace eagercomm::detail {
 
+class Bootstrap;
+
 struct CoreStats {
   uint64_t ops_started = 0;
   uint64_t ops_failed = 0;
   uint64_t stale_messages = 0;
   uint64_t unexpected_messages = 0;
 };
+
+// Whether failing an operation makes every other rank fail it too (with this rank's message).
+enum class TellPeers : bool { kNo = false, kYes = true };
 
 class CommCore final : public ProgressSource {
  public:
@@ -77,7 +91,7 @@ class CommCore final : public ProgressSource {
   Status timed_out(const Op& op, std::chrono::nanoseconds waited) const;
   // "; silent ranks: rank 2 (nothing heard for 3.1s)" for peers whose heartbeats stopped
   // coming, or "" (none, or heartbeats off). Any thread.
-  std::string silent_report() const;
+  std::string silent_report() const { return watchdog_.silent_report(); }
   // EAGERCOMM_TIMEOUT for kConfiguredTimeout, else `timeout` (0 or less: forever).
   std::chrono::nanoseconds resolve(std::chrono::nanoseconds timeout) const {
     return timeout == kConfiguredTimeout ? config_.timeout : timeout;
@@ -116,8 +130,8 @@ class CommCore final : public ProgressSource {
   // Driver only, for handlers:
   // Starts an operation whose key the handler set; messages that arrived for it are replayed.
   void start_stream_op(std::shared_ptr<Op> op);
-  // Fails an operation the handler started (tell_peers: the peers fail it too).
-  void fail_op(Op* op, const Status& status, bool tell_peers) { fail(op, status, tell_peers); }
+  // Fails an operation the handler started.
+  void fail_op(Op* op, const Status& status, TellPeers tell) { fail(op, status, tell); }
   // Sends a header-only message (queued while `peer` has no free slot).
   void send_header(int peer, const MsgHeader& h);
   // The same with a short text as payload (truncated to the slot).
@@ -135,21 +149,13 @@ class CommCore final : public ProgressSource {
 
  private:
   CommCore(int rank, int size, const Config& config);
-  Status setup(Store& store, const std::string& scope, bool in_process);
-  // Every rank announces its world size and waits for all others, before anything else
-  // (transport selection included) depends on them: a rank that never comes or was started
-  // with another world size is reported by name.
-  Status join(Store& store, const std::string& scope);
-  // Waits until `prefix`<r> is set for every rank r; fails early when a rank reported a
-  // failure to join, and names the missing ranks at the timeout.
-  Status wait_for_all(Store& store, const std::string& scope, const std::string& prefix);
-  Status connect(Store& store, const std::string& scope);
+  // Joins the world (Bootstrap), makes the transport, the mailbox and the small boxes, and
+  // connects them to every peer.
+  Status setup(Bootstrap& boot, bool in_process);
   // When a wait that starts now and lasts `timeout` (resolved) gives up.
   static Engine::Clock::time_point deadline(std::chrono::nanoseconds timeout);
   // Makes this rank's small boxes when the transport and EAGERCOMM_SMALL_MAX_BYTES allow.
   Status make_small_boxes();
-  // After every rank published: maps the peers' small boxes.
-  Status connect_small_boxes(Store& store, const std::string& scope);
   // Whether an active operation that uses the small boxes could advance now.
   bool small_news();
   // Signature probes (see the comment in comm_core.cc): sends one for every collective that has
@@ -167,20 +173,9 @@ class CommCore final : public ProgressSource {
   // stream; operations that need it fail with kPeerFailed and `why`.
   void mark_gone(int peer, int64_t from, const Status& why);
 
-  // ---- Heartbeats (see the comment in comm_core.cc) ----
-  void start_watchdog();
-  void stop_watchdog();
-  void watchdog_main();
-  // Driver: sends this period's heartbeats and declares silent peers hung.
-  void heartbeat_duty();
-  // How old a peer's last heartbeat may be in a report that calls it alive. peer_heard_ns_ is
-  // stamped at the receiver's duty, not on arrival, so a live peer's age reaches two intervals
-  // whenever a beat lands just after a duty; a third absorbs scheduling delay on a loaded host
-  // (a live straggler was once called silent at 1.0 s with 0.5 s beats).
-  int64_t silent_after_ns() const { return 3 * heartbeat_interval_.count(); }
-  // Fails `op`; with tell_peers, every other rank fails it too with `status`'s message.
+  // Fails `op`; with TellPeers::kYes, every other rank fails it too with `status`'s message.
   // `stopped_peer` (if any) is known to have stopped using this rank's buffers already.
-  void fail(Op* op, const Status& status, bool tell_peers, int stopped_peer = -1);
+  void fail(Op* op, const Status& status, TellPeers tell, int stopped_peer = -1);
   // Whether `op` is still in flight (a copy of active_ can hold operations that failing an
   // earlier one ended).
   bool is_active(const Op* op) const {
@@ -188,13 +183,14 @@ class CommCore final : public ProgressSource {
   }
   void finish(Op* op);
   void retire(Op* op);
-  int send_outgoing();
+  int send_outgoing() { return notices_.send(*mailbox_, *transport_); }
   void complete_op(Op* op, const Status& status);
   // `peer` no longer uses the buffers of the draining operation `key` (of all, when empty).
   void release_lender(int peer, std::optional<OpKey> key);
+  // destroy(): waits, bounded, for peers to stop using the buffers of operations failed there.
   void drain_lent_buffers();
+  // The collective sequence number whose low 24 bits a control notice carries.
   uint64_t widen_seq(uint32_t low24) const;
-  Status gone_status(uint64_t seq) const;
 
   const int rank_;
   const int size_;
@@ -229,8 +225,6 @@ class CommCore final : public ProgressSource {
   std::vector<std::pair<OpKey, InMessage*>> unexpected_;
   std::vector<InMessage*> unexpected_scratch_;
   std::map<OpKey, Status> failed_early_;  // errors for operations not begun yet
-  std::vector<int64_t> gone_from_;        // per peer: first sequence it will never run (-1)
-  // Header-only or short text messages waiting for a free slot at their peer.
   // Probes for collectives this rank had not begun when they came: (key, sender, signature).
   struct EarlyProbe {
     OpKey key;
@@ -238,42 +232,15 @@ class CommCore final : public ProgressSource {
     OpSignature sig;
   };
   std::vector<EarlyProbe> early_probes_;
-  struct Outgoing {
-    int peer;
-    MsgHeader header;
-    std::string text;
-  };
-  std::vector<Outgoing> outgoing_;
-  // Failed operations whose buffers peers may still be using; they complete when those peers
-  // confirm they stopped (or leave).
-  struct Draining {
-    Op* op;
-    Status status;
-    std::vector<int> pending;
-  };
-  std::map<OpKey, Draining> draining_;
+  NoticeQueue notices_;
+  GonePeers gone_;
+  DrainingOps draining_;
   CoreStats stats_;
-  std::vector<Status> gone_why_;  // per peer: why it is gone (when gone_from_ >= 0)
   std::atomic<bool> destroy_started_{false};
-  std::string abort_reason_;                                    // under watchdog_mu_
+  std::mutex abort_mu_;                                         // orders racing abort()s
+  std::string abort_reason_;                                    // under abort_mu_
   std::string closed_text_ = "the communicator was destroyed";  // written before closing_
-
-  // Heartbeats: 0 when off (EAGERCOMM_HEARTBEAT=0, EAGERCOMM_TIMEOUT=0, inproc worlds).
-  std::chrono::nanoseconds heartbeat_interval_{0};
-  std::chrono::nanoseconds hang_after_{0};           // silence that makes a peer hung
-  std::atomic<bool> duty_due_{false};                // set by the watchdog, cleared by the driver
-  std::vector<uint32_t> heard_;                      // driver: notifications received per peer
-  std::vector<uint32_t> heard_seen_;                 // driver: heard_ at the last duty
-  std::vector<Engine::Clock::time_point> heard_at_;  // driver: when heard_ last changed
-  Engine::Clock::time_point last_duty_at_;           // driver
-  // For timed_out() on any thread: steady-clock ns a peer was last heard at, and how many
-  // collectives it had begun by its last heartbeat.
-  std::unique_ptr<std::atomic<int64_t>[]> peer_heard_ns_;
-  std::unique_ptr<std::atomic<uint64_t>[]> peer_begun_;
-  std::thread watchdog_;
-  std::mutex watchdog_mu_;  // the watchdog's sleep only
-  std::condition_variable watchdog_cv_;
-  bool watchdog_stop_ = false;
+  LivenessWatchdog watchdog_;
 
   std::atomic<uint32_t> next_stream_{1};
   std::map<uint32_t, StreamHandler*> streams_;

@@ -438,7 +438,7 @@ void PartialStream::break_from(uint64_t round, const Status& why, uint64_t spare
   for (auto& [index, r] : rounds_) {
     if (index < round) continue;
     // Failing an operation calls back into on_op_done, which clears these pointers.
-    if (r.data_op) core_.fail_op(r.data_op, why, false);
+    if (r.data_op) core_.fail_op(r.data_op, why, TellPeers::kNo);
   }
   for (auto it = stashed_.lower_bound(round); it != stashed_.end(); it = stashed_.erase(it)) {
     for (InMessage* m : it->second) discard(m, read_header(*m));
