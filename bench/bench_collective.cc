@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "bench/bench_memory.h"
-#include "collectives/element_value.h"
+#include "collectives/kernels/element_value.h"
 
 namespace eagercomm::bench {
 namespace {

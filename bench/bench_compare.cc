@@ -8,7 +8,7 @@
 
 #include "bench/bench_collective.h"
 #include "bench/bench_memory.h"
-#include "collectives/element_value.h"
+#include "collectives/kernels/element_value.h"
 
 namespace eagercomm::bench {
 namespace {

@@ -7,7 +7,7 @@
 #include <random>
 #include <thread>
 
-#include "collectives/element_value.h"
+#include "collectives/kernels/element_value.h"
 #include "collectives/partial_allreduce.h"
 
 namespace eagercomm::bench {

@@ -14,7 +14,7 @@
 #include "bench/bench_p2p.h"
 #include "bench/bench_report.h"
 #include "bench/bench_world.h"
-#include "collectives/reduce_kernels.h"
+#include "collectives/kernels/reduce_kernels.h"
 
 using namespace eagercomm;
 using namespace eagercomm::bench;

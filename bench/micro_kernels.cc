@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "collectives/dtype.h"
-#include "collectives/half.h"
-#include "collectives/reduce_kernels.h"
+#include "collectives/kernels/half.h"
+#include "collectives/kernels/reduce_kernels.h"
 
 namespace eagercomm {
 namespace {

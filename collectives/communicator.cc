@@ -4,13 +4,12 @@
 #include <optional>
 #include <thread>
 
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/communicator_impl.h"
-
-#include "collectives/algorithms.h"
-#include "collectives/comm_core.h"
 #include "collectives/cuda/cuda_reduce.h"
-#include "collectives/device_collectives.h"
-#include "collectives/device_routing.h"
+#include "collectives/device/device_collectives.h"
+#include "collectives/device/device_routing.h"
+#include "collectives/engine/comm_core.h"
 #include "runtime/deadline.h"
 #include "runtime/gpu.h"
 #include "runtime/job_bootstrap.h"

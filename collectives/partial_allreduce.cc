@@ -9,14 +9,14 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/algorithms.h"
-#include "collectives/comm_core.h"
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/communicator.h"
 #include "collectives/communicator_impl.h"
-#include "collectives/partial_meta.h"
-#include "collectives/partial_shared.h"
-#include "collectives/partial_stream.h"
-#include "collectives/reduce_kernels.h"
+#include "collectives/engine/comm_core.h"
+#include "collectives/kernels/reduce_kernels.h"
+#include "collectives/partial/partial_meta.h"
+#include "collectives/partial/partial_shared.h"
+#include "collectives/partial/partial_stream.h"
 #include "runtime/deadline.h"
 #include "runtime/gpu.h"
 #include "runtime/log.h"
@@ -561,7 +561,8 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
     const uint64_t open_round = PartialShared::open_round(s.open.load(std::memory_order_acquire));
     if (open_round == consumed_ && last_post_round_ == open_round && arrived_round_ != open_round) {
       arrived_round_ = open_round;
-      push_event(PartialEvent{PartialEvent::Kind::kPosted, open_round, true, 0});
+      push_event(
+          PartialEvent{.kind = PartialEvent::Kind::kPosted, .round = open_round, .fresh = true});
     }
     const bool ready = core_->engine().wait(
         [&s] {
@@ -600,7 +601,7 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
   measure_next_ = false;  // what follows a flush (evaluation, say) is not a step's compute
   // Ranks still in their loop must not wait for this one's posts any more.
   const uint64_t number = ++flushes_;
-  push_event(PartialEvent{PartialEvent::Kind::kFlushing, number, false, 0});
+  push_event(PartialEvent{.kind = PartialEvent::Kind::kFlushing, .round = number});
   // Every post of every rank precedes that rank's read below and lands in a round no later than
   // the round open then, so no later than the maximum over ranks: that round, forced active
   // everywhere, closes the books. The exchange runs while results keep flowing. (The open
@@ -633,7 +634,8 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
     if (!round && exchange->done()) {
       EC_RETURN_IF_ERROR(exchange->status());
       round = static_cast<uint64_t>(*last);
-      push_event(PartialEvent{PartialEvent::Kind::kForce, *round, false, number});
+      push_event(
+          PartialEvent{.kind = PartialEvent::Kind::kForce, .round = *round, .flush = number});
     }
     if (round && consumed_ > *round) return *round;
     Result<std::optional<RoundResult>> polled = poll();

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "collectives/reduce_kernels.h"
+#include "collectives/kernels/reduce_kernels.h"
 #include "runtime/build_config.h"
 #include "runtime/config.h"
 #include "runtime/gpu.h"

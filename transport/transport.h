@@ -98,6 +98,16 @@ const T* exactly(const Base& base) {
   return typeid(base) == typeid(T) ? static_cast<const T*>(&base) : nullptr;
 }
 
+// What a backend guarantees about where its ranks run, for decisions that would otherwise
+// branch on backend names. The default promises nothing.
+struct TransportCaps {
+  // Every rank of the world runs on this host (inproc, shm): the world size is the number of
+  // ranks that share this host's CPUs.
+  bool ranks_on_one_host = false;
+  // Every rank is a thread of this process (inproc): ranks cannot stop or hang one by one.
+  bool ranks_in_one_process = false;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -135,6 +145,7 @@ class Transport {
   // True when mapped_address() works for every imported region made by allocate() (inproc,
   // shm): runtime-owned structures may then be shared by loads and stores alone.
   virtual bool maps_allocations() const { return maps_peer_memory(); }
+  virtual TransportCaps capabilities() const { return {}; }
 
   // Fills `out` with up to out.size() completions; returns how many.
   virtual size_t poll(std::span<TransportCompletion> out) = 0;

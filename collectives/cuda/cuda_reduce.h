@@ -1,5 +1,5 @@
 // Element-wise reductions of GPU buffers (issue #6: GPU buffers end to end), the device twin of
-// collectives/reduce_kernels.h: out[i] = a[i] op b[i] for every DataType and ReduceOp, in a
+// collectives/kernels/reduce_kernels.h: out[i] = a[i] op b[i] for every DataType and ReduceOp, in a
 // kernel on a caller-given stream (the engine's, once the collectives take MemoryKind::kCuda).
 // Built for sm_80 and sm_90 when the CUDA toolkit is found; this header needs no CUDA headers,
 // so callers compile everywhere.

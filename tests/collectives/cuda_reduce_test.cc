@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "collectives/cuda/cuda_reduce.h"
-#include "collectives/reduce_kernels.h"
+#include "collectives/kernels/reduce_kernels.h"
 #include "runtime/gpu.h"
 
 namespace eagercomm {

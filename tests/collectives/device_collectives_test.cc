@@ -15,10 +15,10 @@
 
 #include "collectives/communicator.h"
 #include "collectives/cuda/cuda_reduce.h"
-#include "collectives/device_collectives.h"
-#include "collectives/device_routing.h"
+#include "collectives/device/device_collectives.h"
+#include "collectives/device/device_routing.h"
+#include "collectives/kernels/reduce_kernels.h"
 #include "collectives/partial_allreduce.h"
-#include "collectives/reduce_kernels.h"
 #include "runtime/gpu.h"
 #include "tests/harness/thread_world.h"
 

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "collectives/communicator.h"
-#include "collectives/element_value.h"
+#include "collectives/kernels/element_value.h"
 #include "tests/collectives/collective_cases.h"
 #include "tests/collectives/mismatch_cases.h"
 #include "tests/collectives/partial_scenario.h"

@@ -13,10 +13,10 @@
 #include <algorithm>
 #include <numeric>
 
-#include "collectives/adaptive_regime.h"
-#include "collectives/element_value.h"
-#include "collectives/partial_meta.h"
-#include "collectives/reduce_kernels.h"
+#include "collectives/kernels/element_value.h"
+#include "collectives/kernels/reduce_kernels.h"
+#include "collectives/partial/adaptive_regime.h"
+#include "collectives/partial/partial_meta.h"
 #include "tests/collectives/partial_scenario.h"
 
 namespace eagercomm::test {
@@ -512,8 +512,8 @@ TEST(PartialAllreduce, SyncModeIsAPlainAllreduceOfFreshGradients) {
   }
 }
 
-// The round metadata rides in the tail of the data allreduce (collectives/partial_meta.h): each
-// rank writes only its own slots, the collective sums the tails, and every rank's values come
+// The round metadata rides in the tail of the data allreduce (collectives/partial/partial_meta.h):
+// each rank writes only its own slots, the collective sums the tails, and every rank's values come
 // back unchanged, in every data type, including values beyond one digit.
 TEST(PartialMeta, EveryRanksValuesSurviveTheSumInEveryType) {
   for (DataType type : kAllDataTypes) {

@@ -1,4 +1,4 @@
-#include "collectives/reduce_kernels.h"
+#include "collectives/kernels/reduce_kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "collectives/dtype.h"
-#include "collectives/half.h"
+#include "collectives/kernels/half.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>

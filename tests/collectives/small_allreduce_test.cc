@@ -1,4 +1,4 @@
-// The small-box allreduce (collectives/small_boxes.h, allreduce_small.cc): it is really the
+// The small-box allreduce (collectives/engine/small_boxes.h, allreduce_small.cc): it is really the
 // path taken (no mailbox message), slots are reused correctly with many calls in flight,
 // mismatches and departures fail every rank without corrupting buffers, sleeping ranks are
 // woken, and ranks configured with different box sizes refuse to start.
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <thread>
 
-#include "collectives/algorithms.h"
-#include "collectives/small_boxes.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/engine/small_boxes.h"
 #include "runtime/store.h"
 #include "tests/harness/thread_world.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "collectives/dtype.h"
-#include "collectives/element_value.h"
+#include "collectives/kernels/element_value.h"
 
 namespace eagercomm::test {
 

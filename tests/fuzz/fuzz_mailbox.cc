@@ -1,7 +1,7 @@
 // libFuzzer target: what a peer can make a rank read through shared memory and notifications:
 // the mailbox's tags and slot headers (mailbox.h) and the small-collective boxes' sequence words
-// (collectives/small_boxes.h), over the inproc transport (ranks 0 and 1 of one process). Each
-// input is a script of 8-byte steps run against a fresh pair of mailboxes and boxes, playing
+// (collectives/engine/small_boxes.h), over the inproc transport (ranks 0 and 1 of one process).
+// Each input is a script of 8-byte steps run against a fresh pair of mailboxes and boxes, playing
 // rank 0 as a hostile peer of rank 1: stores of arbitrary words into rank 1's inbox and box
 // region, notifications with arbitrary tags and sender ranks, releases of held messages, peeks.
 // Every step must end in an event or a Status; an accepted message must lie inside its slot.
@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/small_boxes.h"
+#include "collectives/engine/small_boxes.h"
 #include "runtime/config.h"
 #include "runtime/log.h"
 #include "runtime/store.h"

@@ -268,6 +268,9 @@ class InprocTransport final : public Transport {
 
   // True for host regions only (mapped_address() above).
   bool maps_peer_memory() const override { return true; }
+  TransportCaps capabilities() const override {
+    return {.ranks_on_one_host = true, .ranks_in_one_process = true};
+  }
 
   size_t poll(std::span<TransportCompletion> out) override {
     if (closed_) return 0;

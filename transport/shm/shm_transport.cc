@@ -277,6 +277,7 @@ class ShmTransport final : public Transport {
   }
 
   bool maps_allocations() const override { return true; }
+  TransportCaps capabilities() const override { return {.ranks_on_one_host = true}; }
 
   size_t poll(std::span<TransportCompletion> out) override {
     if (closed_) return 0;

@@ -1,0 +1,56 @@
+// Internal: how a communicator's ranks find each other through the store. Not installed.
+//
+// Every rank first announces its world size and the settings all ranks must share, and waits
+// for every other rank (join), before anything else (transport selection included) depends on
+// them: a rank that never comes or was started with another world size is reported by name.
+// Then each publishes its transport address, its small boxes and its inbox, connects to every
+// peer, and waits until every peer has connected (connect). Keys live under `scope`.
+#pragma once
+
+#include <string>
+
+#include "runtime/config.h"
+#include "runtime/status.h"
+#include "runtime/store.h"
+#include "transport/mailbox.h"
+#include "transport/transport.h"
+
+namespace eagercomm::detail {
+
+class SmallBoxes;
+
+class Bootstrap {
+ public:
+  Bootstrap(Store& store, const std::string& scope, int rank, int size, const Config& config);
+
+  Store& store() const { return store_; }
+  const std::string& scope() const { return scope_; }
+
+  // Announces this rank and waits for all others; checks world sizes and shared settings.
+  Status join();
+  // Publishes this rank's endpoints, connects `transport` and `mailbox` (and `small`, when not
+  // null) to every peer's, and returns once every rank has connected to every peer.
+  Status connect(Transport& transport, Mailbox& mailbox, SmallBoxes* small);
+  // Tells the ranks waiting for this one that it failed to join (with `why`), so they fail now
+  // instead of at the timeout.
+  void report_failure(const Status& why);
+
+ private:
+  // Waits until `prefix`<r> is set for every rank r; fails early when a rank reported a
+  // failure to join, and names the missing ranks at the timeout.
+  Status wait_for_all(const std::string& prefix);
+  // After every rank published: maps the peers' small boxes.
+  Status connect_small_boxes(SmallBoxes& small);
+  std::string key(const std::string& prefix, int rank) const {
+    return prefix_ + prefix + std::to_string(rank);
+  }
+
+  Store& store_;
+  const std::string scope_;
+  const std::string prefix_;  // scope_ + "/"
+  const int rank_;
+  const int size_;
+  const Config& config_;
+};
+
+}  // namespace eagercomm::detail

@@ -1,0 +1,238 @@
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "collectives/engine/comm_core.h"
+#include "collectives/engine/control.h"
+#include "runtime/log.h"
+
+namespace eagercomm::detail {
+
+void CommCore::fail(Op* op, const Status& status, TellPeers tell, int stopped_peer) {
+  const bool tell_peers = tell == TellPeers::kYes;
+  // Peers that hold this rank's buffers (direct allreduce) must hear that it stopped, and this
+  // rank must not report the failure before they stopped too: the caller may free its buffers
+  // the moment the request completes.
+  std::vector<int> users = op->peers_using_buffers();
+  for (int g = 0; g < size_; ++g) {
+    if (gone_.gone(g) || g == stopped_peer) std::erase(users, g);
+  }
+  if (tell_peers) {
+    EC_WARN(kColl, "rank %d: %s", rank_, status.message().c_str());
+  } else {
+    EC_DEBUG(kColl, "rank %d: %s", rank_, status.message().c_str());
+  }
+  // An operation that shares buffers also tells peers that already left: a leaver waits, in
+  // destroy(), for everyone to confirm they stopped touching its buffers.
+  const bool shares = op->shares_buffers();
+  // Its probes are moot now, and must not take the mailbox slots its error notice needs.
+  notices_.drop_probes(op->key());
+  // A rank that stops a plain collective because a peer reported a failure says so too: a peer
+  // whose buffers others may hold (direct allreduce) completes its failure only once every rank
+  // has said it stopped (the reporter included: it may share buffers too), and this rank may be
+  // one that never got its keys, whose own report it would otherwise wait for until the
+  // timeout. (Partial rounds, on streams, have their own closing protocol.)
+  if (tell_peers || shares || key_stream(op->key()) == 0) {
+    const std::string text = "rank " + std::to_string(rank_) +
+                             (tell_peers ? " reported: " : " stopped: ") + status.message();
+    // The cause travels on (a mismatch stays a mismatch); this rank's own abort is, for the
+    // peers, a peer failure.
+    const auto code =
+        status.code() == StatusCode::kAborted ? StatusCode::kPeerFailed : status.code();
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_ || (gone_.gone(peer) && !shares)) continue;
+      MsgHeader h;
+      h.key = op->key();
+      h.sig = op->sig();
+      h.kind = static_cast<uint32_t>(MsgKind::kOpError);
+      h.a = static_cast<uint32_t>(code);
+      notices_.push(peer, h, text);
+    }
+  }
+  op->drop_held(ctx_);
+  ++stats_.ops_failed;
+  auto it = std::find(active_.begin(), active_.end(), op);
+  if (it != active_.end()) active_.erase(it);
+  if (users.empty()) {
+    complete_op(op, status);
+  } else {
+    draining_.add(op, status, std::move(users));
+  }
+  send_outgoing();
+}
+
+void CommCore::mark_gone(int peer, int64_t from, const Status& why) {
+  if (!gone_.mark(peer, from, why)) return;  // gone already
+  std::vector<Op*> doomed;
+  for (Op* op : active_) {
+    // Streams' operations are the handlers' business (on_peer_gone), unless nothing of the
+    // peer can be trusted any more (from 0: a transport error, a hung peer).
+    const bool collective = key_stream(op->key()) == 0;
+    if ((collective && key_seq(op->key()) >= static_cast<uint64_t>(from)) ||
+        (!collective && from == 0)) {
+      doomed.push_back(op);
+    }
+  }
+  for (Op* op : doomed) {
+    if (!is_active(op)) continue;  // failing a stream's operation can end its others
+    fail(op, key_stream(op->key()) == 0 ? gone_.status_for(key_seq(op->key())) : why,
+         TellPeers::kNo);
+  }
+  release_lender(peer, std::nullopt);
+  for (auto& [id, handler] : streams_) handler->on_peer_gone(peer, why);
+}
+
+void CommCore::release_lender(int peer, std::optional<OpKey> key) {
+  draining_.release(peer, key, [this](Op* op, const Status& status) { complete_op(op, status); });
+}
+
+void CommCore::on_peer_exit(int peer, uint32_t low_seq) {
+  const uint64_t from = widen_seq(low_seq);
+  EC_INFO(kColl, "rank %d: rank %d left; collectives from %s on fail", rank_, peer,
+          seq_text(from).c_str());
+  // The leaver stopped touching this rank's buffers before it said goodbye (same thread, and
+  // the notice follows its last write in the per-pair order): mark_gone releases them.
+  // A leaver often leaves because of an error of its own, one this rank was about to report
+  // too (a peer behind a cut link times out on every rank within milliseconds): the ranks
+  // this one has not heard from are the likelier cause, so the error names them as well.
+  mark_gone(peer, static_cast<int64_t>(from),
+            make_status(StatusCode::kPeerFailed, "rank %d destroyed its communicator%s", peer,
+                        silent_report().c_str()));
+}
+
+void CommCore::on_control(int peer, uint32_t control) {
+  const uint32_t arg = control_arg(control);
+  switch (control_kind(control)) {
+    case ControlKind::kPeerExit:
+      on_peer_exit(peer, arg);
+      break;
+    case ControlKind::kHeartbeat:
+      watchdog_.on_heartbeat(peer, widen_seq(arg));
+      break;
+    case ControlKind::kEvicted:
+      // This process was stopped (or starved) for longer than the peers' timeout: they have
+      // given up on it, so nothing it starts can finish.
+      EC_ERROR(kColl, "rank %d: rank %d declared this rank hung after hearing nothing for %u s",
+               rank_, peer, arg);
+      mark_gone(peer, 0,
+                make_status(StatusCode::kPeerFailed,
+                            "rank %d declared rank %d hung after hearing nothing from it for %u s "
+                            "(was this process stopped or starved?) and no longer takes part",
+                            peer, rank_, arg));
+      break;
+    default:
+      EC_DEBUG(kColl, "rank %d: unknown control 0x%x from rank %d", rank_, control, peer);
+      break;
+  }
+}
+
+void CommCore::abort(const std::string& reason) {
+  if (!engine_ || destroy_started_.load(std::memory_order_acquire)) {
+    destroy();  // waits for the first caller
+    return;
+  }
+  {
+    std::lock_guard lock(abort_mu_);  // orders abort_reason_ against a racing abort()
+    if (abort_reason_.empty()) abort_reason_ = reason.empty() ? "no reason given" : reason;
+  }
+  destroy();
+}
+
+void CommCore::destroy() {
+  if (!engine_) return;
+  if (destroy_started_.exchange(true, std::memory_order_acq_rel)) {
+    // Another thread is destroying: return when it has finished, as its caller will.
+    while (!engine_->closed()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return;
+  }
+  watchdog_.stop();
+  std::string reason;
+  {
+    std::lock_guard lock(abort_mu_);
+    reason = abort_reason_;
+  }
+  closed_text_ = reason.empty() ? std::string("the communicator was destroyed")
+                                : "the communicator was aborted on rank " + std::to_string(rank_) +
+                                      ": " + reason;
+  closing_.store(true, std::memory_order_seq_cst);
+  engine_->close([this, &reason] {
+    while (submitting_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    while (Op* op = submissions_.pop()) waiting_[key_seq(op->key())] = op;
+    // Streams first: they tell their peers which rounds they will not finish (in order before
+    // the exit notice below).
+    for (auto& [id, handler] : streams_) handler->on_closed();
+    uint64_t lowest = begun_;
+    for (Op* op : active_) {
+      if (key_stream(op->key()) == 0) lowest = std::min(lowest, key_seq(op->key()));
+    }
+    std::vector<Op*> doomed = active_;
+    for (Op* op : doomed) {
+      if (!is_active(op)) continue;
+      fail(op,
+           make_status(StatusCode::kAborted, "%s while %s %s was in flight", closed_text_.c_str(),
+                       describe(op->sig()).c_str(), seq_text(key_seq(op->key())).c_str()),
+           reason.empty() ? TellPeers::kNo
+                          : TellPeers::kYes);  // an abort's reason reaches the peers' errors
+    }
+    for (auto& [seq, op] : waiting_) {
+      op->complete(closed_status());
+      op->self.reset();
+    }
+    waiting_.clear();
+    for (auto& [key, m] : unexpected_) mailbox_->release(m);
+    unexpected_.clear();
+    for (auto& [id, messages] : stream_unexpected_) {
+      for (InMessage* m : messages) mailbox_->release(m);
+    }
+    stream_unexpected_.clear();
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      Status s = mailbox_->send_control(peer, control_word(ControlKind::kPeerExit, lowest));
+      if (!s.ok())
+        EC_DEBUG(kColl, "rank %d: exit notice to rank %d: %s", rank_, peer, s.to_string().c_str());
+    }
+    // Peers' queues may be full for a moment; give the notices a bounded chance to go out.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (mailbox_->has_deferred() && std::chrono::steady_clock::now() < deadline) {
+      if (!mailbox_->flush()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    drain_lent_buffers();
+    // Leaving: peers learn that nothing more comes from or goes to this rank.
+    transport_->close();
+    EC_DEBUG(kInit, "rank %d: communicator destroyed", rank_);
+  });
+}
+
+void CommCore::drain_lent_buffers() {
+  // Operations failed above that lent buffers to peers (direct allreduce) wait for those peers
+  // to stop using them: the caller may free the buffers as soon as destroy() returns. Bounded,
+  // because a dead peer writes nothing and never answers.
+  const auto limit =
+      config_.timeout > std::chrono::nanoseconds::zero()
+          ? std::min<std::chrono::nanoseconds>(config_.timeout, std::chrono::seconds(10))
+          : std::chrono::seconds(10);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  if (!draining_.empty()) {
+    EC_DEBUG(kColl, "rank %d: waiting for peers to stop using the buffers of %zu collectives",
+             rank_, draining_.size());
+  }
+  TransportCompletion buf[64];
+  while (!draining_.empty() && std::chrono::steady_clock::now() < deadline) {
+    const size_t n = transport_->poll(buf);
+    int events = 0;
+    for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
+    mailbox_->flush();
+    send_outgoing();
+    if (n == 0) transport_->wait(std::chrono::milliseconds(1));
+  }
+  if (!draining_.empty()) {
+    EC_WARN(kColl,
+            "rank %d: destroyed with %zu collectives whose peers did not confirm they "
+            "stopped using this rank's buffers",
+            rank_, draining_.size());
+    draining_.abandon_all([this](Op* op, const Status& status) { complete_op(op, status); });
+  }
+}
+
+}  // namespace eagercomm::detail

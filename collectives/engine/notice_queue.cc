@@ -1,0 +1,42 @@
+#include "collectives/engine/notice_queue.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/log.h"
+
+namespace eagercomm::detail {
+
+void NoticeQueue::drop_probes(OpKey key) {
+  std::erase_if(queued_, [&](const Notice& n) {
+    return n.header.key == key && n.header.kind == static_cast<uint32_t>(MsgKind::kProbe);
+  });
+}
+
+int NoticeQueue::send(Mailbox& mailbox, const Transport& transport) {
+  int sent = 0;
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    SendSlot slot;
+    if (!mailbox.try_acquire(it->peer, &slot)) {
+      ++it;
+      continue;
+    }
+    std::memcpy(slot.user_header, &it->header, sizeof(MsgHeader));
+    const size_t n = std::min(it->text.size(), mailbox.payload_capacity());
+    std::memcpy(slot.payload, it->text.data(), n);
+    Status s = mailbox.send(slot, n);
+    if (!s.ok() && transport.peer_left(it->peer)) {
+      // A peer that left needs no notice (a normal shutdown, ranks leaving in any order).
+      EC_DEBUG(kColl, "rank %d: no notice to rank %d, which left: %s", rank_, it->peer,
+               s.to_string().c_str());
+    } else if (!s.ok()) {
+      EC_WARN(kColl, "rank %d: could not send a notice to rank %d: %s", rank_, it->peer,
+              s.to_string().c_str());
+    }
+    it = queued_.erase(it);
+    ++sent;
+  }
+  return sent;
+}
+
+}  // namespace eagercomm::detail

@@ -1,0 +1,496 @@
+#include "collectives/partial/partial_stream.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "collectives/engine/comm_core.h"
+#include "collectives/partial/partial_meta.h"
+#include "runtime/log.h"
+
+namespace eagercomm::detail {
+namespace {
+
+// Round r's allreduce has sequence 2r in the stream (odd sequences are unused: they carried a
+// separate metadata allreduce before the metadata moved into the data's tail).
+uint64_t round_of(OpKey key) { return key_seq(key) / 2; }
+
+// adaptive: rounds per regime window (adaptive_regime.h): long enough to average out one slow
+// step, short enough to follow a straggler that comes and goes within an epoch.
+constexpr uint64_t kAdaptiveWindow = 16;
+
+// Round boxes: the mark of a store (SmallBoxes::try_post): it activates the round, or it is a
+// contribution made early, before the round is active (partial_stream.h).
+constexpr uint32_t kActivates = 1;
+constexpr uint32_t kEarly = 2;
+
+// Round boxes: how soon to look again while a peer's box has no room (a peer frees its slot by
+// a store that nobody announces; it lags SmallBoxes::kDepth rounds behind, so this is rare).
+constexpr std::chrono::microseconds kRoomPoll(50);
+
+}  // namespace
+
+PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shared)
+    : core_(core),
+      shared_(std::move(shared)),
+      P_(shared_->size),
+      r_(shared_->rank),
+      boxes_(shared_->round_boxes.get()),
+      peer_closed_(P_, false),
+      flushing_(P_, 0) {
+  if (shared_->mode.kind == PartialKind::kAdaptive) {
+    // A window longer than the rounds a rank can be ahead of its deliveries (adaptive_regime.h).
+    const uint64_t window =
+        std::max<uint64_t>(kAdaptiveWindow, uint64_t{shared_->options.result_depth} + 2);
+    regime_.emplace(P_, window, shared_->options.solo_speedup);
+    metas_.resize(static_cast<size_t>(P_));
+  }
+  data_sig_.coll = static_cast<uint8_t>(CollKind::kAllreduce);
+  data_sig_.dtype = static_cast<uint8_t>(shared_->type);
+  data_sig_.redop = static_cast<uint8_t>(ReduceOp::kSum);
+  data_sig_.count = shared_->count + meta_elements(shared_->type, P_);
+  // The communicator's small boxes are numbered by its collective stream's sequence: rounds use
+  // the object's own, when it has them.
+  data_sig_.reserved = boxes_ ? static_cast<uint8_t>(Algo::kSmall)
+                              : static_cast<uint8_t>(choose_allreduce(
+                                    core_.config(), shared_->bytes + shared_->tail_bytes,
+                                    core_.payload_capacity(), core_.maps_peer_memory(), 0));
+}
+
+PartialStream::~PartialStream() {
+  for (auto& [round, messages] : stashed_) {
+    for (InMessage* m : messages) discard(m, read_header(*m));
+  }
+}
+
+void PartialStream::send(int peer, MsgKind kind, uint64_t round) {
+  MsgHeader h;
+  h.key = make_key(shared_->stream, 2 * round);
+  h.sig = data_sig_;
+  h.kind = static_cast<uint32_t>(kind);
+  h.a = round;
+  core_.send_header(peer, h);
+}
+
+void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
+  const auto kind = static_cast<MsgKind>(h.kind);
+  const int peer = m->peer;
+  switch (kind) {
+    case MsgKind::kActivate:
+      core_.release(m);
+      if (!closed_) want(h.a + 1);
+      return;
+    case MsgKind::kArrive:
+      core_.release(m);
+      if (!closed_) count_arrival(h.a, peer);
+      return;
+    case MsgKind::kFlushing:
+      core_.release(m);
+      if (!closed_ && h.a > flush_done_) {
+        flushing_[peer] = std::max(flushing_[peer], h.a);
+        reevaluate();
+      }
+      return;
+    case MsgKind::kStreamClosed: {
+      // The notice carries why the peer stopped (another rank's death, say): that is the cause
+      // this rank's error should name, not the messenger.
+      const std::string cause(reinterpret_cast<const char*>(m->payload),
+                              std::min<size_t>(m->payload_bytes, 1024));
+      core_.release(m);
+      peer_closed_[peer] = true;
+      break_from(
+          h.a,
+          make_status(StatusCode::kPeerFailed,
+                      "partial allreduce: rank %d stopped taking part before round "
+                      "%llu (%s)%s",
+                      peer, static_cast<unsigned long long>(h.a),
+                      cause.empty() ? "it destroyed the object or its communicator" : cause.c_str(),
+                      core_.silent_report().c_str()),
+          h.b);
+      return;
+    }
+    default:
+      break;
+  }
+  // Data (or a failure notice) of a round whose operation is not running here.
+  const uint64_t round = round_of(h.key);
+  if (closed_ || round >= broken_from_) {
+    discard(m, h);
+    return;
+  }
+  auto it = rounds_.find(round);
+  if (round < activated_ && (it == rounds_.end() || it->second.started)) {
+    core_.release(m);  // the round's operations already finished: a late duplicate
+    return;
+  }
+  // A data message of round r also activates r; it waits for the round's operation.
+  want(round + 1);
+  stashed_[round].push_back(m);
+}
+
+int PartialStream::advance() {
+  int events = drain_events();
+  if (boxes_) notice_box_arrivals();
+  while (activated_ < want_ && activate_next()) ++events;
+  while (activated_ < early_ && activated_ >= want_ && activate_next(false)) ++events;
+  events += start_taken();
+  events += deliver();
+  if (boxes_) watch_room();
+  return events;
+}
+
+void PartialStream::notice_box_arrivals() {
+  if (closed_) return;
+  // Peers store rounds in order, and a peer that stores round r + 1 has seen round r complete,
+  // which took this rank's contribution to r. So among the rounds this rank has not entered, only
+  // the first (`next`) can hold stores made early, the arrivals a coordinator counts; activating
+  // stores are looked for from there on, as long as each round has one.
+  const uint64_t next = activated_;
+  const bool counts = counted(next) && shared_->coordinator(next) == r_;
+  for (uint64_t round = std::max(want_, next); round < next + SmallBoxes::kDepth; ++round) {
+    bool activates = false;
+    for (int peer = 0; peer < P_; ++peer) {
+      uint32_t mark = 0;
+      if (peer == r_ || !boxes_->arrived(peer, round, &mark)) continue;
+      if (mark == kActivates) activates = true;
+      if (counts && round == next) count_arrival(round, peer);
+    }
+    if (!activates) return;
+    want(round + 1);
+  }
+}
+
+void PartialStream::watch_room() {
+  bool waiting = false;
+  for (const auto& [index, round] : rounds_) {
+    if (round.data_op && round.data_op->waits_for_room()) {
+      waiting = true;
+      break;
+    }
+  }
+  // The clock only while waiting: every progress pass comes here.
+  if (waiting) {
+    due_ = std::chrono::steady_clock::now() + kRoomPoll;
+  } else if (due_ != std::chrono::steady_clock::time_point::max()) {
+    due_ = std::chrono::steady_clock::time_point::max();
+  }
+}
+
+int PartialStream::drain_events() {
+  int n = 0;
+  PartialEvent e;
+  while (shared_->events.try_pop(e)) {
+    ++n;
+    if (closed_) continue;
+    switch (e.kind) {
+      case PartialEvent::Kind::kPosted:
+        // Only a post meant for its round (fresh) sets a round off: a late post is this rank's
+        // call for an iteration whose round has already run, and must not start a later one.
+        if (e.fresh) {
+          posted_ = true;
+          last_posted_ = std::max(last_posted_, e.round);
+        }
+        if (counted(e.round)) {
+          // Only fresh posts count towards a quorum; the round's coordinator counts them.
+          if (!e.fresh) break;
+          const int c = shared_->coordinator(e.round);
+          if (c == r_) {
+            count_arrival(e.round, r_);
+          } else if (boxes_) {
+            // Its store, made early, is the arrival the coordinator counts.
+            early_ = std::max(early_, e.round + 1);
+          } else {
+            send(c, MsgKind::kArrive, e.round);
+          }
+        } else {
+          consider_trigger(e.round);
+          // Not set off by this post (majority, not the initiator): its data goes out now.
+          if (boxes_ && e.fresh) early_ = std::max(early_, e.round + 1);
+        }
+        break;
+      case PartialEvent::Kind::kFlushing:
+        flushing_[r_] = e.round;
+        for (int peer = 0; peer < P_; ++peer) {
+          if (peer != r_) send(peer, MsgKind::kFlushing, e.round);
+        }
+        reevaluate();
+        break;
+      case PartialEvent::Kind::kForce:
+        flush_rounds_[e.flush] = e.round;
+        want(e.round + 1);
+        break;
+    }
+  }
+  return n;
+}
+
+void PartialStream::consider_trigger(uint64_t round) {
+  if (round < activated_ && !entered_early(round)) return;
+  if (!posted_ || last_posted_ < round) return;
+  if (counted(round)) return;
+  // Adaptive rounds that are not synchronous are solo rounds.
+  if (shared_->mode.kind == PartialKind::kSolo || shared_->mode.kind == PartialKind::kAdaptive) {
+    trigger(round);
+  } else {
+    const int initiator = shared_->initiator(round);
+    if (initiator == r_ || flushing(initiator)) trigger(round);
+  }
+}
+
+bool PartialStream::entered_early(uint64_t round) const {
+  if (!boxes_ || round < want_ || round >= activated_) return false;
+  auto it = rounds_.find(round);
+  return it != rounds_.end() && !it->second.activating;
+}
+
+void PartialStream::trigger(uint64_t round) {
+  const bool early = entered_early(round);
+  want(round + 1);
+  if (!early) return;
+  Round& entered = rounds_.find(round)->second;
+  entered.activating = true;
+  if (!entered.started) return;  // its stores will carry the activating mark
+  // Its stores went out tentative: the peers that wait for the round to activate hear it here
+  // (whoever enters then activates it for everybody by its own stores).
+  for (int peer = 0; peer < P_; ++peer) {
+    if (peer != r_) send(peer, MsgKind::kActivate, round);
+  }
+}
+
+void PartialStream::count_arrival(uint64_t round, int peer) {
+  if (round < activated_) return;  // already active
+  std::vector<bool>& seen = arrivals_[round];
+  if (seen.empty()) seen.assign(P_, false);
+  seen[peer] = true;
+  check_quorum(round);
+}
+
+void PartialStream::check_quorum(uint64_t round) {
+  auto it = arrivals_.find(round);
+  if (it == arrivals_.end()) return;
+  if (round < activated_) {
+    arrivals_.erase(it);
+    return;
+  }
+  int count = 0;
+  for (int i = 0; i < P_; ++i) count += it->second[i] || flushing(i);
+  if (count >= quorum(round)) {
+    arrivals_.erase(it);
+    trigger(round);
+  }
+}
+
+void PartialStream::reevaluate() {
+  std::vector<uint64_t> pending;
+  for (const auto& [round, seen] : arrivals_) pending.push_back(round);
+  for (uint64_t round : pending) check_quorum(round);
+  // A majority round this rank entered early, whose initiator now flushes, is set off here.
+  for (uint64_t round = want_; round < activated_; ++round) {
+    if (entered_early(round)) consider_trigger(round);
+  }
+  consider_trigger(activated_);
+}
+
+bool PartialStream::activate_next(bool activating) {
+  if (closed_ || activated_ >= broken_from_) return false;
+  uint32_t fresh_buffer = 0;
+  if (!shared_->free_buffers.try_pop(fresh_buffer)) return false;  // back-pressure
+  const uint64_t round = activated_;
+  const uint64_t old = shared_->open.exchange(PartialShared::pack(round + 1, fresh_buffer),
+                                              std::memory_order_seq_cst);
+  if (PartialShared::open_round(old) != round) {
+    EC_ERROR(kPartial, "rank %d: partial allreduce: open round %llu, expected %llu", r_,
+             static_cast<unsigned long long>(PartialShared::open_round(old)),
+             static_cast<unsigned long long>(round));
+  }
+  Round& entered = rounds_[round];
+  entered.buffer = PartialShared::open_buffer(old);
+  entered.activating = activating;
+  activated_ = round + 1;
+  shared_->activated.store(activated_, std::memory_order_release);
+  arrivals_.erase(round);
+  // A flush is over once its round is active here; its flushing marks no longer count.
+  for (auto it = flush_rounds_.begin(); it != flush_rounds_.end() && it->second <= round;) {
+    flush_done_ = std::max(flush_done_, it->first);
+    it = flush_rounds_.erase(it);
+  }
+  flood(round);
+  EC_TRACE(kPartial, "rank %d: round %llu active", r_, static_cast<unsigned long long>(round));
+  return true;
+}
+
+void PartialStream::flood(uint64_t round) {
+  if (boxes_) return;  // the round's contribution in a peer's box activates it there
+  for (int d = 1; d < P_; d *= 2) send((r_ + d) % P_, MsgKind::kActivate, round);
+}
+
+int PartialStream::start_taken() {
+  int n = 0;
+  for (auto& [index, round] : rounds_) {
+    if (round.started) continue;
+    if (index >= broken_from_) break;
+    // Posts that announced themselves on the buffer before it was taken finish first. Round
+    // boxes need rounds started in order (see the header).
+    if (shared_->buffers[round.buffer]->writers.load(std::memory_order_acquire) != 0) {
+      if (boxes_) break;
+      continue;
+    }
+    start(index, round);
+    ++n;
+  }
+  return n;
+}
+
+void PartialStream::start(uint64_t index, Round& round) {
+  ContributionBuffer& buf = *shared_->buffers[round.buffer];
+  // A recycled buffer keeps its last result until a post overwrites it.
+  if (buf.posts == 0 && shared_->bytes) std::memset(buf.data(), 0, shared_->bytes);
+  void* tail = shared_->tail(round.buffer);
+  std::memset(tail, 0, shared_->tail_bytes);
+  RankMeta mine;
+  mine.fresh = buf.fresh;
+  mine.age = buf.posts ? static_cast<int>(std::min<uint64_t>(index - buf.min_base, INT32_MAX)) : -1;
+  mine.posts = static_cast<int>(std::min<uint32_t>(buf.posts, INT32_MAX));
+  mine.compute_us = static_cast<uint32_t>(std::min<uint64_t>(buf.compute_us, UINT32_MAX));
+  mine.measured = static_cast<int>(std::min<uint32_t>(buf.measured, INT32_MAX));
+  write_rank_meta(tail, shared_->type, P_, r_, mine);
+  round.started = true;
+
+  std::shared_ptr<Op> data = boxes_ ? make_round_allreduce(data_sig_, buf.data(), boxes_, index,
+                                                           round.activating ? kActivates : kEarly)
+                                    : make_allreduce(data_sig_, buf.data(), buf.data());
+  data->set_key(make_key(shared_->stream, 2 * index));
+  data->keep_alive = shared_;
+  round.data_op = data.get();
+  core_.start_stream_op(std::move(data));
+
+  auto stash = stashed_.find(index);
+  if (stash != stashed_.end()) {
+    std::vector<InMessage*> messages = std::move(stash->second);
+    stashed_.erase(stash);
+    for (InMessage* m : messages) core_.redispatch(m);
+  }
+}
+
+void PartialStream::on_op_done(Op* op, const Status& status) {
+  auto it = rounds_.find(round_of(op->key()));
+  if (it == rounds_.end()) return;
+  Round& round = it->second;
+  round.data_done = true;
+  round.data_op = nullptr;
+  if (!status.ok() && round.status.ok()) {
+    round.status = status;
+    break_from(it->first, status);
+  }
+}
+
+int PartialStream::deliver() {
+  int n = 0;
+  for (auto it = rounds_.find(delivered_); it != rounds_.end(); it = rounds_.find(delivered_)) {
+    Round& round = it->second;
+    if (delivered_ >= broken_from_ || !round.started || !round.data_done) {
+      break;
+    }
+    RoundRecord record{delivered_, round.buffer};
+    if (regime_) {
+      const void* tail = shared_->tail(round.buffer);
+      for (int p = 0; p < P_; ++p) metas_[p] = read_rank_meta(tail, shared_->type, P_, p);
+      regime_->observe(delivered_, metas_);
+      if ((delivered_ + 1) % regime_->window() == 0) {
+        EC_DEBUG(kPartial,
+                 "rank %d: adaptive: solo rounds predicted %.2fx per epoch: rounds from %llu "
+                 "run %s",
+                 r_, regime_->predicted_speedup(),
+                 static_cast<unsigned long long>((delivered_ / regime_->window() + 2) *
+                                                 regime_->window()),
+                 regime_->solo((delivered_ / regime_->window() + 2) * regime_->window())
+                     ? "solo"
+                     : "synchronously");
+      }
+    }
+    rounds_.erase(it);
+    // The queue holds every buffer the object has, so it is never full.
+    if (!shared_->results.try_push(std::move(record))) {
+      EC_ERROR(kPartial, "rank %d: partial allreduce result queue overflow", r_);
+    }
+    ++delivered_;
+    shared_->delivered.store(delivered_, std::memory_order_release);
+    ++n;
+  }
+  if (delivered_ >= broken_from_ && !shared_->broken.load(std::memory_order_relaxed)) {
+    // Everything before the failure is in the queue; now the application sees the failure.
+    shared_->error = broken_why_;
+    shared_->broken.store(true, std::memory_order_release);
+    ++n;
+  }
+  if (n) core_.engine().notify_waiters();
+  return n;
+}
+
+void PartialStream::break_from(uint64_t round, const Status& why, uint64_t spares_flush) {
+  spares_flush_ = std::min(spares_flush_, spares_flush);
+  shared_->failure_spares_flush.store(spares_flush_, std::memory_order_release);
+  if (round >= broken_from_) return;
+  broken_from_ = round;
+  broken_why_ = why;
+  EC_DEBUG(kPartial, "rank %d: partial allreduce fails from round %llu: %s", r_,
+           static_cast<unsigned long long>(round), why.to_string().c_str());
+  for (auto& [index, r] : rounds_) {
+    if (index < round) continue;
+    // Failing an operation calls back into on_op_done, which clears these pointers.
+    if (r.data_op) core_.fail_op(r.data_op, why, TellPeers::kNo);
+  }
+  for (auto it = stashed_.lower_bound(round); it != stashed_.end(); it = stashed_.erase(it)) {
+    for (InMessage* m : it->second) discard(m, read_header(*m));
+  }
+  deliver();
+}
+
+void PartialStream::discard(InMessage* m, const MsgHeader& h) {
+  // A peer that lent this rank its buffers (the keys of a direct round) waits, when its round
+  // fails, until this rank says it will not touch them: say so for a round never run here.
+  if (h.kind == static_cast<uint32_t>(MsgKind::kData) && h.step == 0 &&
+      h.sig.reserved == static_cast<uint8_t>(Algo::kDirect)) {
+    MsgHeader reply = h;
+    reply.kind = static_cast<uint32_t>(MsgKind::kOpError);
+    reply.step = 0;
+    reply.a = static_cast<uint32_t>(StatusCode::kPeerFailed);
+    core_.send_header(m->peer, reply);
+  }
+  core_.release(m);
+}
+
+void PartialStream::on_peer_gone(int peer, const Status& why) {
+  // A peer that closed its stream first said from which round on (break_from ran then); the
+  // rounds before that can still finish without it.
+  if (!peer_closed_[peer]) break_from(delivered_, why);
+}
+
+void PartialStream::on_closed() {
+  close(Status(StatusCode::kAborted, "partial allreduce: the communicator was destroyed"));
+}
+
+void PartialStream::close(const Status& why) {
+  if (closed_) return;
+  closed_ = true;
+  // Rounds before delivered_ are finished here (every message this rank owed them was sent);
+  // from delivered_ on, peers cannot count on this rank.
+  const uint64_t from = delivered_;
+  // Peers inside a flush whose exchange this rank joined can still finish it (its round is
+  // before `from` when this rank's flush returned): say how many exchanges it joined.
+  MsgHeader h;
+  h.key = make_key(shared_->stream, 2 * from);
+  h.sig = data_sig_;
+  h.kind = static_cast<uint32_t>(MsgKind::kStreamClosed);
+  h.a = from;
+  h.b = shared_->flushes_joined.load(std::memory_order_acquire);
+  const bool broken = broken_from_ != std::numeric_limits<uint64_t>::max();
+  const Status& cause = broken ? broken_why_ : why;
+  for (int peer = 0; peer < P_; ++peer) {
+    if (peer != r_) core_.send_text(peer, h, cause.message());
+  }
+  arrivals_.clear();
+  break_from(from, why);
+}
+
+}  // namespace eagercomm::detail
