@@ -4,7 +4,7 @@
 #include <string>
 
 #include "capi/capi_internal.h"
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/tcp_store.h"
 
 namespace eagercomm::capi {

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "collectives/algorithms.h"
+#include "collectives/collective_log.h"
 #include "runtime/deadline.h"
-#include "runtime/log.h"
 #include "transport/registry.h"
 
 namespace eagercomm::detail {

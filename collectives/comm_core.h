@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/config.h"
 #include "collectives/op.h"
 #include "collectives/small_boxes.h"
 #include "collectives/stream_handler.h"
-#include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/mpsc_queue.h"
 #include "runtime/store.h"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/algorithms.h"
+#include "collectives/collective_log.h"
 #include "collectives/comm_core.h"
 #include "collectives/communicator.h"
 #include "collectives/partial_meta.h"
@@ -18,7 +19,6 @@
 #include "collectives/reduce_kernels.h"
 #include "runtime/deadline.h"
 #include "runtime/gpu.h"
-#include "runtime/log.h"
 
 namespace eagercomm {
 

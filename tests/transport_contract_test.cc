@@ -33,7 +33,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/store.h"
 #include "transport/registry.h"
 #include "transport/transport.h"

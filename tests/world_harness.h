@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/store.h"
 
 namespace eagercomm::test {

@@ -12,8 +12,8 @@
 #include <climits>
 #include <cstring>
 
-#include "runtime/log.h"
 #include "transport/shm/shm_segment_header.h"
+#include "transport/transport_log.h"
 
 namespace eagercomm {
 namespace {

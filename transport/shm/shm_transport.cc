@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "runtime/event_count.h"
-#include "runtime/log.h"
 #include "transport/cuda_ipc/cuda_ipc_key.h"
 #include "transport/cuda_ipc/cuda_ipc_region.h"
 #include "transport/local_completions.h"
@@ -18,6 +17,7 @@
 #include "transport/shm/shm_reclaim.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/shm/shm_segment.h"
+#include "transport/transport_log.h"
 #include "transport/write_bounds.h"
 
 namespace eagercomm {

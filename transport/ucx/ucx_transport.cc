@@ -25,13 +25,13 @@
 #include <vector>
 
 #include "runtime/gpu.h"
-#include "runtime/log.h"
 #include "runtime/unique_fd.h"
 #include "transport/local_completions.h"
 #include "transport/peer_liveness.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/transport_log.h"
 #include "transport/ucx/ucx_wire.h"
 #include "transport/write_bounds.h"
 
@@ -1433,7 +1433,7 @@ Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& p
   }
   UcxTransportOptions opts = options;
   if (opts.max_outstanding == 0) {
-    const size_t slots = params.config ? params.config->slots : Config{}.slots;
+    const size_t slots = params.config ? params.config->slots : TransportConfig{}.slots;
     opts.max_outstanding =
         std::max<size_t>(1024, 4 * static_cast<size_t>(params.size) * slots + 256);
   }
@@ -1478,7 +1478,7 @@ Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& p
     return ucx_failure(s, "creating the worker");
   }
   const uint32_t ring_capacity =
-      shm_ring_capacity_for(params.config ? params.config->slots : Config{}.slots);
+      shm_ring_capacity_for(params.config ? params.config->slots : TransportConfig{}.slots);
   auto transport =
       std::make_unique<UcxTransport>(params.rank, params.size, opts, std::move(core),
                                      params.config ? params.config->job_id : "", ring_capacity);

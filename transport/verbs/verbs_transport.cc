@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "runtime/gpu.h"
-#include "runtime/log.h"
 #include "runtime/unique_fd.h"
 #include "transport/local_completions.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/emulated/emu_verbs.h"
 #include "transport/verbs/gpudirect.h"
 #include "transport/verbs/verbs_api.h"
@@ -154,7 +154,7 @@ class VerbsTransport final : public Transport {
       : Transport(rank, size), core_(std::make_shared<Core>(api)), api_(&core_->api) {}
   ~VerbsTransport() override { close(); }
 
-  Status init(const Config& config);
+  Status init(const TransportConfig& config);
 
   std::string_view name() const override { return "verbs"; }
   Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes, MemoryKind kind) override;
@@ -245,7 +245,7 @@ class VerbsTransport final : public Transport {
   // Looks at the GPU owning `data` once: whether NIC writes into it need the flush (defect 4).
   Status note_gpudirect_device(const void* data);
   bool started(int peer) const { return peers_[peer].conn && peers_[peer].conn->started(); }
-  Status setup_cm(const Config& config, const verbs::CmAddress& ip);
+  Status setup_cm(const TransportConfig& config, const verbs::CmAddress& ip);
   // Feeds `e` to the peer's connection and performs what it asks (verbs_connect.h).
   void drive(int peer, verbs::ConnEvent e, const std::string& detail = {},
              rdma_cm_id* request = nullptr);
@@ -305,7 +305,7 @@ class VerbsTransport final : public Transport {
   bool closed_ = false;
 };
 
-Status VerbsTransport::init(const Config& config) {
+Status VerbsTransport::init(const TransportConfig& config) {
   // Before this process registers anything through the table (defect 7).
   if (const verbs::ForkProtectionResult fork = verbs::enable_fork_protection(*api_);
       fork.state == verbs::ForkProtection::kFailed) {
@@ -324,11 +324,11 @@ Status VerbsTransport::init(const Config& config) {
   verbs::CmAddress ip;
   if (config.ib_connect != IbConnectMode::kStore ||
       (endpoint_.link == verbs::LinkLayer::kEthernet &&
-       config.ib_gid_index == Config::kAutoIndex)) {
+       config.ib_gid_index == TransportConfig::kAutoIndex)) {
     ip = verbs::find_cm_address(*api_, endpoint_.device, endpoint_.port);
   }
-  if (endpoint_.link == verbs::LinkLayer::kEthernet && config.ib_gid_index == Config::kAutoIndex &&
-      ip.found) {
+  if (endpoint_.link == verbs::LinkLayer::kEthernet &&
+      config.ib_gid_index == TransportConfig::kAutoIndex && ip.found) {
     // Defect 8: the GID of that IP, not the port's first IPv4 one (maybe another VLAN's).
     const verbs::PortInfo* port = verbs::find_port(list.devices, endpoint_);
     if (const int i = port != nullptr ? verbs::roce_gid_of_ip(*port, ip.family, ip.ip) : -1;
@@ -471,7 +471,7 @@ Status VerbsTransport::init(const Config& config) {
   return Status::Ok();
 }
 
-Status VerbsTransport::setup_cm(const Config& config, const verbs::CmAddress& ip) {
+Status VerbsTransport::setup_cm(const TransportConfig& config, const verbs::CmAddress& ip) {
   connect_mode_ = config.ib_connect;
   if (connect_mode_ == IbConnectMode::kStore) return Status::Ok();
   EC_ASSIGN_OR_RETURN(const bool offer, verbs::offers_cm(connect_mode_, ip.found, ip.why_none));
@@ -1493,8 +1493,8 @@ Result<std::unique_ptr<Transport>> create_verbs_transport(const TransportParams&
     return make_status(StatusCode::kInvalidArgument, "verbs: rank %d of %d is not a rank",
                        params.rank, params.size);
   }
-  const Config defaults;
-  const Config& config = params.config != nullptr ? *params.config : defaults;
+  const TransportConfig defaults;
+  const TransportConfig& config = params.config != nullptr ? *params.config : defaults;
   const verbs::VerbsApi* api = nullptr;
   if (config.verbs_emulate) {
     static std::once_flag warned;

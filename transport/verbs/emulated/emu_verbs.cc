@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/emulated/emu_cm.h"
 #include "transport/verbs/emulated/emu_device_memory.h"
 #include "transport/verbs/emulated/emu_port.h"
