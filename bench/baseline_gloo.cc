@@ -11,7 +11,7 @@
 #include <exception>
 
 #include "bench/baselines.h"
-#include "runtime/config.h"
+#include "collectives/config.h"
 
 namespace eagercomm::bench {
 namespace {

@@ -1,5 +1,7 @@
 #include "bench/bench_p2p.h"
 
+#include "collectives/config.h"
+
 #include <algorithm>
 #include <array>
 #include <chrono>

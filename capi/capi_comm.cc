@@ -5,7 +5,7 @@
 
 #include "capi/capi_internal.h"
 #include "collectives/communicator_impl.h"
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/tcp_store.h"
 
 namespace eagercomm::capi {

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "collectives/algorithms/algorithms.h"
+#include "collectives/collective_log.h"
 #include "collectives/communicator_impl.h"
 #include "collectives/cuda/cuda_reduce.h"
 #include "collectives/device/device_collectives.h"
@@ -13,7 +14,6 @@
 #include "runtime/deadline.h"
 #include "runtime/gpu.h"
 #include "runtime/job_bootstrap.h"
-#include "runtime/log.h"
 
 namespace eagercomm {
 

@@ -47,8 +47,8 @@
 #include <string>
 #include <vector>
 
+#include "collectives/config.h"
 #include "collectives/dtype.h"
-#include "runtime/config.h"
 #include "runtime/memory.h"
 #include "runtime/status.h"
 #include "runtime/store.h"

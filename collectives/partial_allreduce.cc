@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/algorithms/algorithms.h"
+#include "collectives/collective_log.h"
 #include "collectives/communicator.h"
 #include "collectives/communicator_impl.h"
 #include "collectives/engine/comm_core.h"
@@ -19,7 +20,6 @@
 #include "collectives/partial/partial_stream.h"
 #include "runtime/deadline.h"
 #include "runtime/gpu.h"
-#include "runtime/log.h"
 
 namespace eagercomm {
 

@@ -126,11 +126,12 @@ struct ProcessDriver {
 const ProcessDriver& process_driver_state() {
   static const ProcessDriver state = [] {
     ProcessDriver s;
-    const Result<Config>& config = Config::process();
-    if (!config.ok()) {
-      s.reason = "the EAGERCOMM_* environment is invalid: " + config.status().message();
+    const Result<const RuntimeConfig*>& process = process_runtime_config();
+    if (!process.ok()) {
+      s.reason = "the EAGERCOMM_* environment is invalid: " + process.status().message();
       return s;
     }
+    const RuntimeConfig* config = *process;
     if (!config->cuda) {
       s.reason = "EAGERCOMM_CUDA=off: pointers are not checked (every buffer is host memory)";
       EC_INFO(kInit, "%s", s.reason.c_str());

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "runtime/cpu_relax.h"
+#include "runtime/deadline.h"
 #include "runtime/log.h"
 
 namespace eagercomm {
@@ -35,9 +36,7 @@ constexpr std::chrono::microseconds kExpectingSpin(1000);
 constexpr std::chrono::microseconds kThreadGrace(200);
 
 std::chrono::nanoseconds until(Engine::Clock::time_point deadline) {
-  if (deadline == Engine::Clock::time_point::max()) return kMaxBlock;
-  const auto left = deadline - Engine::Clock::now();
-  return std::clamp<std::chrono::nanoseconds>(left, std::chrono::nanoseconds(0), kMaxBlock);
+  return std::min<std::chrono::nanoseconds>(time_left(deadline), kMaxBlock);
 }
 
 }  // namespace
@@ -153,7 +152,7 @@ bool Engine::wait(const std::function<bool()>& done, Clock::time_point deadline)
       announced = true;
       want_.fetch_add(1, std::memory_order_acq_rel);
       source_.interrupt();
-      const auto until_spin = Clock::now() + options_.spin;
+      const auto until_spin = Clock::now() + options_.spin;  // at most 1 s: no overflow
       while (!done() && driver_.load(std::memory_order_acquire) && Clock::now() < until_spin) {
         sched_yield();
       }
@@ -242,7 +241,7 @@ void Engine::thread_main() {
       continue;
     }
     if (!try_acquire()) continue;
-    drive(should_yield, Clock::time_point::max(), /*may_block=*/false);
+    drive(should_yield, kForever, /*may_block=*/false);
     release();
     // Idle: sleep without the token until peers or submissions bring work.
     if (!should_yield()) {

@@ -21,6 +21,8 @@
 // understands it (it does not model fences), and on x86 it costs the same locked instruction.
 #include "runtime/event_count.h"
 
+#include "runtime/deadline.h"
+
 #if !defined(__linux__)
 #error "EventCount needs the Linux futex system call"
 #endif
@@ -75,17 +77,9 @@ void EventCount::cancel_wait() { waiters_.fetch_sub(1, std::memory_order_seq_cst
 
 bool EventCount::commit_wait(Ticket ticket, std::chrono::nanoseconds timeout) {
   using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC, the clock of FUTEX_WAIT.
-  bool forever =
-      timeout < std::chrono::nanoseconds::zero() || timeout == std::chrono::nanoseconds::max();
-  Clock::time_point deadline = Clock::time_point::max();
-  if (!forever) {
-    const Clock::time_point now = Clock::now();
-    if (timeout >= Clock::time_point::max() - now) {
-      forever = true;  // Would overflow the clock: as good as forever.
-    } else {
-      deadline = now + timeout;
-    }
-  }
+  // Negative, nanoseconds::max() or past the clock's end: forever; zero: do not sleep.
+  const Clock::time_point deadline = deadline_in(timeout);
+  const bool forever = is_forever(deadline);
 
   bool woken = false;
   for (;;) {
@@ -95,8 +89,8 @@ bool EventCount::commit_wait(Ticket ticket, std::chrono::nanoseconds timeout) {
     }
     timespec relative{};
     if (!forever) {
-      const std::chrono::nanoseconds left = deadline - Clock::now();
-      if (left <= std::chrono::nanoseconds::zero()) break;
+      const std::chrono::nanoseconds left = time_left(deadline);
+      if (left == std::chrono::nanoseconds::zero()) break;
       relative.tv_sec = static_cast<time_t>(left.count() / 1'000'000'000);
       relative.tv_nsec = static_cast<long>(left.count() % 1'000'000'000);
     }

@@ -4,7 +4,7 @@
 
 namespace eagercomm {
 
-Result<JobBootstrap> join_job(const Config& config) {
+Result<JobBootstrap> join_job(const RuntimeConfig& config) {
   JobBootstrap job;
   EC_ASSIGN_OR_RETURN(job.info, discover_launch(process_environment(), config));
   const LaunchInfo& info = job.info;

@@ -18,6 +18,6 @@ struct JobBootstrap {
 };
 
 // Errors name what is missing (a launcher variable) or unreachable (the store's address).
-Result<JobBootstrap> join_job(const Config& config);
+Result<JobBootstrap> join_job(const RuntimeConfig& config);
 
 }  // namespace eagercomm

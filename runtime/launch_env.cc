@@ -51,7 +51,7 @@ std::string sanitize_job_id(std::string_view raw) {
 // Everything a launcher reader needs: the variables, the config, and how to word errors.
 class Reader {
  public:
-  Reader(const Env& env, const Config& config, const char* launched_by)
+  Reader(const Env& env, const RuntimeConfig& config, const char* launched_by)
       : env_(env), config_(config), launched_by_(launched_by) {}
 
   // The value of `name`, or nullptr when it is unset or empty.
@@ -89,11 +89,11 @@ class Reader {
     return *v;
   }
 
-  const Config& config() const { return config_; }
+  const RuntimeConfig& config() const { return config_; }
 
  private:
   const Env& env_;
-  const Config& config_;
+  const RuntimeConfig& config_;
   const char* launched_by_;
 };
 
@@ -168,7 +168,7 @@ std::string address_job_id(const std::string& host, uint32_t port) {
 
 // ---- 1. eagercomm-run or explicit EAGERCOMM_* variables ----
 Status from_eagercomm(const Reader& r, Draft& d) {
-  const Config& c = r.config();
+  const RuntimeConfig& c = r.config();
   d.info.launcher = "eagercomm-run";
   d.info.rank = static_cast<int>(c.rank);
   d.rank_from = "EAGERCOMM_RANK=" + std::to_string(c.rank);
@@ -211,7 +211,7 @@ Status from_eagercomm(const Reader& r, Draft& d) {
 
 // ---- 2. Open MPI (mpirun) or another PMIx launcher ----
 Status from_open_mpi(const Reader& r, Draft& d) {
-  const Config& c = r.config();
+  const RuntimeConfig& c = r.config();
   d.info.launcher = "open-mpi";
   const bool ompi = r.has("OMPI_COMM_WORLD_RANK");
   const std::string fix_mpirun = "mpirun sets it; set the matching EAGERCOMM_ variable";
@@ -265,7 +265,7 @@ Status from_open_mpi(const Reader& r, Draft& d) {
 
 // ---- 3. Slurm (srun) ----
 Status from_slurm(const Reader& r, Draft& d) {
-  const Config& c = r.config();
+  const RuntimeConfig& c = r.config();
   d.info.launcher = "slurm";
   EC_RETURN_IF_ERROR(from_var(r, "SLURM_PROCID", 0, "", d.info.rank, d.rank_from));
   EC_RETURN_IF_ERROR(pick(r, "EAGERCOMM_SIZE", c.size, d.info.size, d.size_from, [&] {
@@ -321,7 +321,7 @@ Status from_slurm(const Reader& r, Draft& d) {
 
 // ---- 4. torchrun (or torch's variables set by hand) ----
 Status from_torchrun(const Reader& r, Draft& d) {
-  const Config& c = r.config();
+  const RuntimeConfig& c = r.config();
   d.info.launcher = "torchrun";
   const std::string fix = "torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT together";
   EC_RETURN_IF_ERROR(from_var(r, "RANK", 0, fix, d.info.rank, d.rank_from));
@@ -386,7 +386,7 @@ Status from_torchrun(const Reader& r, Draft& d) {
 
 // ---- 5. no launcher: one process ----
 Status from_nothing(const Reader& r, Draft& d) {
-  const Config& c = r.config();
+  const RuntimeConfig& c = r.config();
   d.info.launcher = "environment";
   if (r.overridden("EAGERCOMM_SIZE") && c.size > 1) {
     return r.error("EAGERCOMM_SIZE=" + std::to_string(c.size) +
@@ -405,7 +405,7 @@ Status from_nothing(const Reader& r, Draft& d) {
   return Status::Ok();
 }
 
-const char* launched_by(const Reader& r, const Config& config) {
+const char* launched_by(const Reader& r, const RuntimeConfig& config) {
   if (config.source_of("EAGERCOMM_RANK") != ConfigSource::kDefault) return "EAGERCOMM_RANK is set";
   if (r.has("OMPI_COMM_WORLD_RANK")) return "launched by mpirun";
   if (r.has("PMIX_RANK")) return "launched by a PMIx launcher";
@@ -535,7 +535,7 @@ std::map<std::string, std::string> process_environment() {
 }
 
 Result<LaunchInfo> discover_launch(const std::map<std::string, std::string>& env,
-                                   const Config& config) {
+                                   const RuntimeConfig& config) {
   const Reader probe(env, config, "");
   const Reader r(env, config, launched_by(probe, config));
   Draft d;

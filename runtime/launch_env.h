@@ -68,7 +68,7 @@ struct LaunchInfo {
 // error (kInvalidArgument) names the variable that is missing or bad and how to fix it.
 // Thread-safe (pure, apart from the pid and clock read for a single process's job id).
 Result<LaunchInfo> discover_launch(const std::map<std::string, std::string>& env,
-                                   const Config& config);
+                                   const RuntimeConfig& config);
 
 // The process environment as a map. Thread-safe as long as nobody calls setenv() meanwhile.
 std::map<std::string, std::string> process_environment();

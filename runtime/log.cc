@@ -21,13 +21,13 @@ namespace eagercomm {
 
 namespace log_detail {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kWarn)};
-std::atomic<uint32_t> g_subsys_mask{kLogAllSubsys};
+// Every bit, not kLogAllSubsys: a constant, so lines logged by other files' static
+// initializers are never lost to a mask not yet set.
+std::atomic<uint32_t> g_subsys_mask{~0u};
 }  // namespace log_detail
 
 namespace {
 
-constexpr const char* kSubsysNames[kLogSubsysCount] = {"init", "net",    "coll", "partial", "sgd",
-                                                       "mem",  "engine", "boot", "bench"};
 constexpr const char* kLevelNames[] = {"ERROR", "WARN", "INFO", "DEBUG", "TRACE"};
 
 // A line at most PIPE_BUF long is written atomically even when the destination is a pipe (a
@@ -79,7 +79,7 @@ bool iequals(std::string_view a, std::string_view b) {
 // Index of a subsystem name (case-insensitive), -1 when there is none.
 int subsys_index(std::string_view name) {
   for (int i = 0; i < kLogSubsysCount; ++i) {
-    if (iequals(name, kSubsysNames[i])) return i;
+    if (iequals(name, log_detail::kSubsysNames[i])) return i;
   }
   return -1;
 }
@@ -87,8 +87,8 @@ int subsys_index(std::string_view name) {
 }  // namespace
 
 const char* log_subsys_name(LogSubsys s) {
-  const auto i = static_cast<size_t>(s);
-  return i < std::size(kSubsysNames) ? kSubsysNames[i] : "unknown";
+  const auto i = static_cast<int>(s);
+  return i < kLogSubsysCount ? log_detail::kSubsysNames[i] : "unknown";
 }
 
 const char* log_level_name(LogLevel l) {
@@ -161,9 +161,9 @@ Result<uint32_t> log_parse_subsys(std::string_view list) {
                           : unknown_count == 1 ? "unknown subsystem " + unknown
                                                : "unknown subsystems " + unknown;
     message += " (accepted: all";
-    for (const char* name : kSubsysNames) {
+    for (int i = 0; i < kLogSubsysCount; ++i) {
       message += ", ";
-      message += name;
+      message += log_detail::kSubsysNames[i];
     }
     message += "; a leading ^ selects all but the listed ones)";
     return Status(StatusCode::kInvalidArgument, std::move(message));
@@ -171,7 +171,7 @@ Result<uint32_t> log_parse_subsys(std::string_view list) {
   return all_but ? kLogAllSubsys & ~mask : mask;
 }
 
-Status log_configure(const Config& config) {
+Status log_configure(const RuntimeConfig& config) {
   Result<uint32_t> mask = log_parse_subsys(config.log_subsys);
   if (!mask.ok()) {
     return Status(StatusCode::kInvalidArgument,

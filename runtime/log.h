@@ -8,6 +8,7 @@
 // Messages are lower-case and name the object they speak of (UCX's logging rules).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -17,13 +18,39 @@
 
 namespace eagercomm {
 
-enum class LogSubsys : uint8_t { kInit, kNet, kColl, kPartial, kSgd, kMem, kEngine, kBoot, kBench };
-inline constexpr int kLogSubsysCount = 9;
-inline constexpr uint32_t kLogAllSubsys = (1u << kLogSubsysCount) - 1;
-const char* log_subsys_name(LogSubsys s);  // "init", "net", ...
+// A subsystem is a bit of the EAGERCOMM_LOG_SUBSYS mask. Each layer names its own as constants
+// in eagercomm::log_subsys (the runtime's below; transport/transport_log.h,
+// collectives/collective_log.h, sgd/sgd_log.h, bench/bench_log.h), so that EC_WARN(kNet, ...)
+// reads the same everywhere; the library's catalogue (collectives/log_subsystems.cc) lists
+// them all with their names, checking at compile time that no two share an id.
+enum class LogSubsys : uint8_t {};
+inline constexpr int kLogSubsysCapacity = 32;  // bits of the mask
+
+namespace log_subsys {
+inline constexpr LogSubsys kInit{0};    // configuration, library start-up
+inline constexpr LogSubsys kEngine{6};  // the progress engine
+inline constexpr LogSubsys kBoot{7};    // launchers, the bootstrap store, joining a job
+}  // namespace log_subsys
+
+// One line of the catalogue.
+struct LogSubsysName {
+  LogSubsys id;
+  const char* name;  // lower case: "net"
+};
+inline constexpr LogSubsysName kRuntimeLogSubsystems[] = {
+    {log_subsys::kInit, "init"}, {log_subsys::kEngine, "engine"}, {log_subsys::kBoot, "boot"}};
+
+// The catalogue: subsystems 0 .. kLogSubsysCount - 1 and their names. Defined where every
+// layer's subsystems are known (collectives/log_subsystems.cc), constant-initialized, so it is
+// complete before any code runs.
+extern const int kLogSubsysCount;
+extern const uint32_t kLogAllSubsys;       // every subsystem's bit
+const char* log_subsys_name(LogSubsys s);  // "init", "net", ...; "unknown" past the catalogue
 const char* log_level_name(LogLevel l);    // "ERROR", "WARN", ...
 
 namespace log_detail {
+// The catalogue's names, index = subsystem id (see kLogSubsysCount).
+extern const std::array<const char*, kLogSubsysCapacity> kSubsysNames;
 // Bit i set: subsystem i enabled. Level and mask are read on every EC_LOG without a lock.
 extern std::atomic<int> g_level;
 extern std::atomic<uint32_t> g_subsys_mask;
@@ -41,7 +68,7 @@ inline bool log_enabled(LogLevel level, LogSubsys subsys) {
 // Applies EAGERCOMM_LOG_LEVEL / _SUBSYS / _FILE from `config`. Called by every communicator
 // creation with the process config; safe to call again (later calls win) and from any thread.
 // Returns an error when the subsystem list names an unknown subsystem or the file can't open.
-Status log_configure(const Config& config);
+Status log_configure(const RuntimeConfig& config);
 
 // The rank printed in this thread's lines (-1: unknown).
 void log_set_thread_rank(int rank);
@@ -63,13 +90,14 @@ Result<uint32_t> log_parse_subsys(std::string_view list);
     if (::eagercomm::log_enabled(level, subsys))                                      \
       ::eagercomm::log_detail::write(level, subsys, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
+// `subsys` is the bare name of a constant in eagercomm::log_subsys: EC_WARN(kNet, ...).
 #define EC_ERROR(subsys, ...) \
-  EC_LOG(::eagercomm::LogLevel::kError, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
+  EC_LOG(::eagercomm::LogLevel::kError, ::eagercomm::log_subsys::subsys, __VA_ARGS__)
 #define EC_WARN(subsys, ...) \
-  EC_LOG(::eagercomm::LogLevel::kWarn, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
+  EC_LOG(::eagercomm::LogLevel::kWarn, ::eagercomm::log_subsys::subsys, __VA_ARGS__)
 #define EC_INFO(subsys, ...) \
-  EC_LOG(::eagercomm::LogLevel::kInfo, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
+  EC_LOG(::eagercomm::LogLevel::kInfo, ::eagercomm::log_subsys::subsys, __VA_ARGS__)
 #define EC_DEBUG(subsys, ...) \
-  EC_LOG(::eagercomm::LogLevel::kDebug, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
+  EC_LOG(::eagercomm::LogLevel::kDebug, ::eagercomm::log_subsys::subsys, __VA_ARGS__)
 #define EC_TRACE(subsys, ...) \
-  EC_LOG(::eagercomm::LogLevel::kTrace, ::eagercomm::LogSubsys::subsys, __VA_ARGS__)
+  EC_LOG(::eagercomm::LogLevel::kTrace, ::eagercomm::log_subsys::subsys, __VA_ARGS__)

@@ -49,7 +49,7 @@ Status HashStore::wait(const std::vector<std::string>& keys, std::chrono::nanose
     }
     return true;
   };
-  if (deadline == std::chrono::steady_clock::time_point::max()) {
+  if (is_forever(deadline)) {
     cv_.wait(lock, all_present);
     return Status::Ok();
   }

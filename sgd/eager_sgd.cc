@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "runtime/gpu.h"
-#include "runtime/log.h"
+#include "sgd/sgd_log.h"
 
 namespace eagercomm::sgd {
 namespace {

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <string>
 
+#include "collectives/config.h"
 #include "collectives/kernels/reduce_kernels.h"
 #include "runtime/build_config.h"
-#include "runtime/config.h"
 #include "runtime/gpu.h"
 #include "transport/registry.h"
 #include "transport/verbs/gpudirect.h"

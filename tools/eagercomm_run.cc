@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/tcp_store.h"
 #include "runtime/unique_fd.h"
 #include "tools/run_join_watch.h"

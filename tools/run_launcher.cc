@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "runtime/config.h"
+#include "runtime/deadline.h"
 #include "tools/run_support.h"
 
 namespace eagercomm::run {
@@ -79,7 +80,7 @@ Launcher::~Launcher() {
 
 int Launcher::run(const Exec& exec) {
   program_ = exec.path;
-  if (o_.timeout > nanoseconds::zero()) job_deadline_ = launched_ + o_.timeout;
+  if (o_.timeout > nanoseconds::zero()) job_deadline_ = deadline_in(o_.timeout, launched_);
   const bool stdin_to_rank0 = !::isatty(STDIN_FILENO);
   for (int r = 0; r < o_.ranks; ++r) {
     // What happened meanwhile first: a signal, the deadline or a failure ends the start.
@@ -232,11 +233,7 @@ int Launcher::poll_timeout() const {
   consider(kill_deadline_);
   consider(drain_deadline_);
   consider(early_check_);
-  if (!next) return -1;
-  const auto left = *next - Clock::now();
-  if (left <= nanoseconds::zero()) return 0;
-  return static_cast<int>(
-      std::min<int64_t>(std::chrono::ceil<std::chrono::milliseconds>(left).count(), INT_MAX));
+  return poll_timeout_ms(next.value_or(kForever));
 }
 
 void Launcher::exec_result(Rank& r) {
@@ -356,7 +353,7 @@ void Launcher::rank_exited(Rank& r, int status) {
   // The others get a moment to see the failure themselves (a collective with the failed rank
   // returns an error naming it), then they are stopped.
   if (o_.stop_delay > nanoseconds::zero()) {
-    stop_deadline_ = Clock::now() + o_.stop_delay;
+    stop_deadline_ = deadline_in(o_.stop_delay);
   } else {
     stop();
   }
@@ -422,7 +419,7 @@ void Launcher::check_early_exits() {
   failure_at_ = Clock::now();
   failure_by_signal_ = false;
   if (o_.stop_delay > nanoseconds::zero()) {
-    stop_deadline_ = Clock::now() + o_.stop_delay;
+    stop_deadline_ = deadline_in(o_.stop_delay);
   } else {
     stop();
   }

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "runtime/config.h"
+#include "collectives/config.h"
 
 namespace eagercomm::run {
 namespace {

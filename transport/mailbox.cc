@@ -3,7 +3,7 @@
 #include <bit>
 #include <cstring>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 
 namespace eagercomm {
 namespace {

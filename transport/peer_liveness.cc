@@ -10,7 +10,7 @@
 
 #include <utility>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 
 namespace eagercomm {
 

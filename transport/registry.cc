@@ -2,9 +2,9 @@
 
 #include "runtime/build_config.h"
 #include "runtime/host_identity.h"
-#include "runtime/log.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/transport_log.h"
 #if EAGERCOMM_HAVE_UCX
 #include "transport/ucx/ucx_transport.h"
 #endif
@@ -79,13 +79,15 @@ std::vector<TransportInfo> list_transports() {
                                         "librdmacm-dev and reconfigure)"
                                       : "not built into this library yet";
     } else if (name == "verbs") {  // usable only where an RDMA port is active
-      if (Result<Config> env = Config::from_environ(); env.ok() && env.value().verbs_emulate) {
+      if (Result<VerbsConfig> env = VerbsConfig::from_environ();
+          env.ok() && env.value().verbs_emulate) {
         info.reason = "on the emulated RDMA device (EAGERCOMM_VERBS_EMULATE=1), not a NIC";
         out.push_back(std::move(info));
         continue;
       }
       const verbs::DeviceList devices = verbs::list_verbs_devices();
-      const auto chosen = verbs::choose_endpoint(devices.devices, Config{}, devices.reason);
+      const auto chosen =
+          verbs::choose_endpoint(devices.devices, TransportConfig{}, devices.reason);
       info.available = chosen.ok();
       if (!chosen.ok()) info.reason = chosen.status().message();
     }

@@ -6,10 +6,10 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/config.h"
 #include "runtime/status.h"
 #include "runtime/store.h"
 #include "transport/transport.h"
+#include "transport/transport_config.h"
 
 namespace eagercomm {
 
@@ -17,7 +17,7 @@ namespace eagercomm {
 struct TransportParams {
   int rank = 0;
   int size = 1;
-  const Config* config = nullptr;
+  const TransportConfig* config = nullptr;
   Store* store = nullptr;   // bootstrap store shared by the ranks of this communicator
   std::string scope;        // prefix for this communicator's store keys
   bool in_process = false;  // every rank is a thread of this process (make_inproc_world)

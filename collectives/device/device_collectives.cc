@@ -2,9 +2,9 @@
 
 #include <cstdint>
 
+#include "collectives/collective_log.h"
 #include "collectives/cuda/cuda_reduce.h"
 #include "collectives/device/device_routing.h"
-#include "runtime/log.h"
 
 namespace eagercomm::detail {
 

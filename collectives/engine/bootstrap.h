@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/status.h"
 #include "runtime/store.h"
 #include "transport/mailbox.h"

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <thread>
 
+#include "collectives/collective_log.h"
 #include "collectives/engine/bootstrap.h"
 #include "collectives/engine/control.h"
 #include "runtime/deadline.h"
-#include "runtime/log.h"
 #include "transport/registry.h"
 
 namespace eagercomm::detail {

@@ -23,13 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "collectives/config.h"
 #include "collectives/engine/failure_state.h"
 #include "collectives/engine/liveness_watchdog.h"
 #include "collectives/engine/notice_queue.h"
 #include "collectives/engine/op.h"
 #include "collectives/engine/small_boxes.h"
 #include "collectives/engine/stream_handler.h"
-#include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/mpsc_queue.h"
 #include "runtime/store.h"

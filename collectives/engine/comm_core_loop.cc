@@ -4,9 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/collective_log.h"
 #include "collectives/engine/comm_core.h"
 #include "collectives/engine/control.h"
-#include "runtime/log.h"
 
 namespace eagercomm::detail {
 namespace {

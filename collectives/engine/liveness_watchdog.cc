@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "collectives/collective_log.h"
 #include "collectives/engine/control.h"
-#include "runtime/log.h"
 
 namespace eagercomm::detail {
 namespace {

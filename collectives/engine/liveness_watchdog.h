@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/config.h"
 #include "collectives/engine/failure_state.h"
-#include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/status.h"
 #include "transport/mailbox.h"

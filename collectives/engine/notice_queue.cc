@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/log.h"
+#include "collectives/collective_log.h"
 
 namespace eagercomm::detail {
 

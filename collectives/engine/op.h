@@ -14,8 +14,8 @@
 #include <memory>
 #include <string>
 
+#include "collectives/config.h"
 #include "collectives/dtype.h"
-#include "runtime/config.h"
 #include "runtime/mpsc_queue.h"
 #include "runtime/status.h"
 #include "transport/mailbox.h"

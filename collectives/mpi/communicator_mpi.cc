@@ -6,8 +6,8 @@
 #include <fstream>
 #include <random>
 
+#include "collectives/collective_log.h"
 #include "collectives/communicator_impl.h"
-#include "runtime/log.h"
 #include "runtime/tcp_store.h"
 
 namespace eagercomm {

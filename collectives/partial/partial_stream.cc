@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "collectives/collective_log.h"
 #include "collectives/engine/comm_core.h"
 #include "collectives/partial/partial_meta.h"
-#include "runtime/log.h"
 
 namespace eagercomm::detail {
 namespace {

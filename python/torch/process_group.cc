@@ -14,10 +14,11 @@
 #include <thread>
 #include <utility>
 
+#include "collectives/config.h"
 #include "python/py_interrupt.h"
 #include "python/torch/store_adapter.h"
 #include "python/torch/tensor_checks.h"
-#include "runtime/config.h"
+#include "runtime/deadline.h"
 
 namespace eagercomm::torchext {
 namespace {
@@ -81,8 +82,7 @@ class EagercommWork final : public c10d::Work {
   // into tensors the caller reuses).
   bool wait(std::chrono::milliseconds timeout) override {
     using Clock = std::chrono::steady_clock;
-    const Clock::time_point deadline =
-        timeout == kNoTimeout ? Clock::time_point::max() : Clock::now() + timeout;
+    const Clock::time_point deadline = timeout == kNoTimeout ? kForever : deadline_in(timeout);
     signals::Interrupt interrupt;
     for (;;) {
       {

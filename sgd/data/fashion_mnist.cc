@@ -5,8 +5,8 @@
 #include <system_error>
 #include <utility>
 
-#include "runtime/log.h"
 #include "sgd/data/idx_file.h"
+#include "sgd/sgd_log.h"
 
 namespace eagercomm::sgd {
 namespace {

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/log.h"
+#include "sgd/sgd_log.h"
 
 namespace eagercomm::sgd {
 namespace {

@@ -5,8 +5,8 @@
 #include <numeric>
 #include <utility>
 
-#include "runtime/log.h"
 #include "sgd/data/random.h"
+#include "sgd/sgd_log.h"
 
 namespace eagercomm::sgd {
 namespace {

@@ -4,8 +4,8 @@
 #include <random>
 #include <utility>
 
-#include "runtime/log.h"
 #include "sgd/data/random.h"
+#include "sgd/sgd_log.h"
 
 namespace eagercomm::sgd {
 

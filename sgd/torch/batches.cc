@@ -8,7 +8,7 @@
 #include <new>
 #include <string>
 
-#include "runtime/log.h"
+#include "sgd/sgd_log.h"
 
 namespace eagercomm::sgd {
 namespace {

@@ -6,7 +6,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "runtime/log.h"
+#include "sgd/sgd_log.h"
 #include "sgd/torch/batches.h"
 
 namespace eagercomm::sgd {

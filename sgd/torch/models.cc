@@ -15,7 +15,7 @@
 #include <mutex>
 #include <utility>
 
-#include "runtime/log.h"
+#include "sgd/sgd_log.h"
 #include "sgd/torch/batches.h"
 
 namespace eagercomm::sgd {

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/config.h"
+#include "collectives/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace eagercomm;

@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/config.h"
 #include "collectives/engine/small_boxes.h"
-#include "runtime/config.h"
 #include "runtime/log.h"
 #include "runtime/store.h"
 #include "transport/mailbox.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/store.h"
 #include "transport/registry.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/config.h"
+#include "collectives/config.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "runtime/log.h"
+#include "transport/transport_log.h"
 
 namespace eagercomm {
 namespace {
@@ -595,7 +596,7 @@ TEST(ConfigProcessDeathTest, LoadsOnceAppliesLoggingAndWarnsAboutUnknownNames) {
         const Result<Config>& config = Config::process();
         bool good = config.ok() && config->slots == 4;
         for (auto& slot : seen) good = good && slot.load() == &config;
-        good = good && log_enabled(LogLevel::kInfo, LogSubsys::kNet);
+        good = good && log_enabled(LogLevel::kInfo, log_subsys::kNet);
         const std::string log = read_file(dir + "/log." + std::to_string(getpid()));
         good = good && log.find(
                            " WARN init: ignoring unknown variable EAGERCOMM_TIMOUT (did you "

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "collectives/config.h"
 #include "runtime/launch_env.h"
 
 namespace eagercomm {

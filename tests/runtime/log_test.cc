@@ -1,4 +1,7 @@
 #include "runtime/log.h"
+#include "bench/bench_log.h"
+#include "collectives/config.h"
+#include "sgd/sgd_log.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -184,8 +187,8 @@ TEST_F(LogTest, LineFormatAndPidExpansion) {
 
 TEST_F(LogTest, LevelFiltering) {
   const std::string path = configure({{"EAGERCOMM_LOG_LEVEL", "info"}});
-  EXPECT_TRUE(log_enabled(LogLevel::kInfo, LogSubsys::kSgd));
-  EXPECT_FALSE(log_enabled(LogLevel::kDebug, LogSubsys::kSgd));
+  EXPECT_TRUE(log_enabled(LogLevel::kInfo, log_subsys::kSgd));
+  EXPECT_FALSE(log_enabled(LogLevel::kDebug, log_subsys::kSgd));
   EC_TRACE(kSgd, "trace");
   EC_DEBUG(kSgd, "debug");
   EC_INFO(kSgd, "info");
@@ -225,10 +228,10 @@ TEST_F(LogTest, DisabledLinesDoNotEvaluateArguments) {
 
 TEST_F(LogTest, SubsystemFiltering) {
   const std::string path = configure({{"EAGERCOMM_LOG_SUBSYS", "net,COLL"}});
-  EXPECT_TRUE(log_enabled(LogLevel::kWarn, LogSubsys::kNet));
-  EXPECT_TRUE(log_enabled(LogLevel::kWarn, LogSubsys::kColl));
-  for (LogSubsys s : {LogSubsys::kInit, LogSubsys::kPartial, LogSubsys::kSgd, LogSubsys::kMem,
-                      LogSubsys::kEngine, LogSubsys::kBoot, LogSubsys::kBench}) {
+  EXPECT_TRUE(log_enabled(LogLevel::kWarn, log_subsys::kNet));
+  EXPECT_TRUE(log_enabled(LogLevel::kWarn, log_subsys::kColl));
+  for (LogSubsys s : {log_subsys::kInit, log_subsys::kPartial, log_subsys::kSgd, log_subsys::kMem,
+                      log_subsys::kEngine, log_subsys::kBoot, log_subsys::kBench}) {
     EXPECT_FALSE(log_enabled(LogLevel::kError, s)) << log_subsys_name(s);
   }
   EC_WARN(kNet, "a");
@@ -242,7 +245,7 @@ TEST_F(LogTest, SubsystemFiltering) {
   const std::string all_but = configure({{"EAGERCOMM_LOG_SUBSYS", "^net"}}, "all-but-net");
   for (int s = 0; s < kLogSubsysCount; ++s) {
     const auto subsys = static_cast<LogSubsys>(s);
-    EXPECT_EQ(log_enabled(LogLevel::kWarn, subsys), subsys != LogSubsys::kNet)
+    EXPECT_EQ(log_enabled(LogLevel::kWarn, subsys), subsys != log_subsys::kNet)
         << log_subsys_name(subsys);
   }
   EC_WARN(kNet, "a");
@@ -261,10 +264,10 @@ TEST(LogParseSubsys, Lists) {
   };
   EXPECT_EQ(parse("all"), kLogAllSubsys);
   EXPECT_EQ(parse("ALL"), kLogAllSubsys);
-  EXPECT_EQ(parse("net"), bit(LogSubsys::kNet));
-  EXPECT_EQ(parse(" net , coll "), bit(LogSubsys::kNet) | bit(LogSubsys::kColl));
-  EXPECT_EQ(parse("bench,init"), bit(LogSubsys::kBench) | bit(LogSubsys::kInit));
-  EXPECT_EQ(parse("^net,coll"), kLogAllSubsys & ~(bit(LogSubsys::kNet) | bit(LogSubsys::kColl)));
+  EXPECT_EQ(parse("net"), bit(log_subsys::kNet));
+  EXPECT_EQ(parse(" net , coll "), bit(log_subsys::kNet) | bit(log_subsys::kColl));
+  EXPECT_EQ(parse("bench,init"), bit(log_subsys::kBench) | bit(log_subsys::kInit));
+  EXPECT_EQ(parse("^net,coll"), kLogAllSubsys & ~(bit(log_subsys::kNet) | bit(log_subsys::kColl)));
   EXPECT_EQ(parse("^all"), 0u);
   EXPECT_EQ(parse("net,all"), kLogAllSubsys);
   EXPECT_EQ(kLogAllSubsys, 0x1ffu);
@@ -294,7 +297,7 @@ TEST_F(LogTest, BadSubsystemIsAnErrorAndChangesNothing) {
                                    0),
             0u)
       << status.message();
-  EXPECT_TRUE(log_enabled(LogLevel::kDebug, LogSubsys::kMem));  // still the previous setting
+  EXPECT_TRUE(log_enabled(LogLevel::kDebug, log_subsys::kMem));  // still the previous setting
 }
 
 TEST_F(LogTest, UnopenableFileIsAnErrorAndChangesNothing) {
@@ -306,7 +309,7 @@ TEST_F(LogTest, UnopenableFileIsAnErrorAndChangesNothing) {
   EXPECT_EQ(status.code(), StatusCode::kIoError);
   EXPECT_NE(status.message().find(config.log_file), std::string::npos) << status.message();
   EXPECT_NE(status.message().find(std::strerror(ENOENT)), std::string::npos) << status.message();
-  EXPECT_TRUE(log_enabled(LogLevel::kInfo, LogSubsys::kNet));
+  EXPECT_TRUE(log_enabled(LogLevel::kInfo, log_subsys::kNet));
   EC_INFO(kNet, "still here");
   EXPECT_EQ(split_lines(read_file(path)).size(), 1u);
 }

@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/file_store.h"
 #include "runtime/gpu.h"
 #include "runtime/store.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/store.h"
 #include "tests/harness/thread_world.h"
 #include "transport/cuda_ipc/cuda_ipc_key.h"

@@ -34,7 +34,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/store.h"
 #include "tests/harness/thread_world.h"
 #include "transport/registry.h"

@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "runtime/file_store.h"
 #include "runtime/store.h"
 #include "tests/harness/process_world.h"

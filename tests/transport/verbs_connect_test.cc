@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "runtime/config.h"
+#include "collectives/config.h"
 #include "transport/verbs/verbs_cm_address.h"
 #include "transport/verbs/verbs_connect.h"
 

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "collectives/config.h"
 #include "runtime/build_config.h"
-#include "runtime/config.h"
 #include "transport/registry.h"
 #include "transport/verbs/verbs_device.h"
 

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/config.h"
 #include "runtime/build_config.h"
-#include "runtime/config.h"
 #include "transport/registry.h"
 
 #if EAGERCOMM_HAVE_VERBS

@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 
 namespace eagercomm {
 namespace {

@@ -13,10 +13,10 @@
 #include "runtime/bounded_queue.h"
 #include "runtime/event_count.h"
 #include "runtime/gpu.h"
-#include "runtime/log.h"
 #include "transport/cuda_ipc/cuda_ipc_region.h"
 #include "transport/inproc/inproc_key.h"
 #include "transport/local_completions.h"
+#include "transport/transport_log.h"
 #include "transport/write_bounds.h"
 
 namespace eagercomm {

@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/log.h"
 #include "transport/peer_liveness.h"
+#include "transport/transport_log.h"
 
 namespace eagercomm {
 namespace {

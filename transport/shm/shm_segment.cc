@@ -13,8 +13,8 @@
 #include <cstring>
 
 #include "runtime/hash.h"
-#include "runtime/log.h"
 #include "transport/shm/shm_segment_header.h"
+#include "transport/transport_log.h"
 
 namespace eagercomm {
 namespace {

@@ -11,7 +11,6 @@
 
 #include "runtime/deadline.h"
 #include "runtime/event_count.h"
-#include "runtime/log.h"
 #include "transport/cuda_ipc/cuda_ipc_key.h"
 #include "transport/cuda_ipc/cuda_ipc_region.h"
 #include "transport/local_completions.h"
@@ -19,6 +18,7 @@
 #include "transport/peer_liveness.h"
 #include "transport/shm/shm_reclaim.h"
 #include "transport/shm/shm_segment.h"
+#include "transport/transport_log.h"
 #include "transport/write_bounds.h"
 
 namespace eagercomm {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "runtime/deadline.h"
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/ucx/ucx_transport_impl.h"
 
 namespace eagercomm::ucx {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/ucx/ucx_transport_impl.h"
 #include "transport/ucx/ucx_wire.h"
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/log.h"
 #include "runtime/memory.h"
 #include "runtime/status.h"
 #include "transport/transport.h"
+#include "transport/transport_log.h"
 
 namespace eagercomm::ucx {
 

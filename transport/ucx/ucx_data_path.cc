@@ -5,7 +5,7 @@
 
 #include "runtime/deadline.h"
 #include "runtime/gpu.h"
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/ucx/ucx_transport_impl.h"
 #include "transport/write_bounds.h"
 

@@ -2,7 +2,7 @@
 #include <string>
 
 #include "runtime/gpu.h"
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/ucx/ucx_transport_impl.h"
 #include "transport/ucx/ucx_wire.h"
 

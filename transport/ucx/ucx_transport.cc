@@ -10,8 +10,8 @@
 #include <string>
 
 #include "runtime/host_identity.h"
-#include "runtime/log.h"
 #include "transport/shm/shm_segment.h"
+#include "transport/transport_log.h"
 #include "transport/ucx/ucx_transport_impl.h"
 #include "transport/ucx/ucx_wire.h"
 
@@ -140,7 +140,7 @@ Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& p
   }
   UcxTransportOptions opts = options;
   if (opts.max_outstanding == 0) {
-    const size_t slots = params.config ? params.config->slots : Config{}.slots;
+    const size_t slots = params.config ? params.config->slots : TransportConfig{}.slots;
     opts.max_outstanding =
         std::max<size_t>(1024, 4 * static_cast<size_t>(params.size) * slots + 256);
   }
@@ -185,7 +185,7 @@ Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& p
     return ucx::ucx_failure(s, "creating the worker");
   }
   const uint32_t ring_capacity =
-      notify_ring::capacity_for(params.config ? params.config->slots : Config{}.slots);
+      notify_ring::capacity_for(params.config ? params.config->slots : TransportConfig{}.slots);
   auto transport = std::make_unique<ucx::UcxTransport>(
       params.rank, params.size, opts, std::move(core), params.config ? params.config->job_id : "",
       ring_capacity);

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/ucx/ucx_transport_impl.h"
 
 namespace eagercomm::ucx {

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 
 namespace eagercomm::verbs {
 namespace {

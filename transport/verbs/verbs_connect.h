@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
 #include "runtime/status.h"
+#include "transport/verbs/verbs_config.h"
 
 namespace eagercomm::verbs {
 

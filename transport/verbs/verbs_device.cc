@@ -161,7 +161,7 @@ const PortInfo* find_port(std::span<const DeviceInfo> devices, const Endpoint& e
   return nullptr;
 }
 
-Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const Config& config,
+Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const TransportConfig& config,
                                  const std::string& why_none, const Locality& here) {
   if (devices.empty()) {
     return make_status(StatusCode::kUnavailable, "verbs: no RDMA device here%s%s",
@@ -217,7 +217,7 @@ Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const Conf
   e.link = port->link;
   e.lid = port->lid;
   e.mtu = port->active_mtu;
-  const bool gid_asked = config.ib_gid_index != Config::kAutoIndex;
+  const bool gid_asked = config.ib_gid_index != TransportConfig::kAutoIndex;
   if (gid_asked) {
     if (config.ib_gid_index >= port->gids.size()) {
       return make_status(StatusCode::kInvalidArgument,

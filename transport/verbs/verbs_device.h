@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
 #include "runtime/status.h"
+#include "transport/transport_config.h"
 
 namespace eagercomm::verbs {
 
@@ -103,7 +103,7 @@ struct Endpoint {
 //    non-empty one; on InfiniBand: none unless asked (then checked the same way).
 // Errors name the variable and what exists here: kUnavailable when there is no device or no
 // active port, kInvalidArgument for a device, port or GID index that does not exist.
-Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const Config& config,
+Result<Endpoint> choose_endpoint(std::span<const DeviceInfo> devices, const TransportConfig& config,
                                  const std::string& why_none = {}, const Locality& here = {});
 
 // The RoCE v2 GID of an IP address on `port` (IPv4: its ::ffff:a.b.c.d form; IPv6: itself): the

@@ -7,7 +7,7 @@
 #include <system_error>
 
 #include "runtime/build_config.h"
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/verbs_device.h"
 
 #if EAGERCOMM_HAVE_VERBS

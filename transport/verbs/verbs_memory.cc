@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/verbs_qp_settings.h"
 
 namespace eagercomm::verbs {

@@ -2,12 +2,12 @@
 
 namespace eagercomm::verbs {
 
-QpSettings qp_settings(const Config& config) {
+QpSettings qp_settings(const VerbsConfig& config) {
   QpSettings s;
   s.timeout = static_cast<uint8_t>(config.ib_timeout);
   s.retry_cnt = static_cast<uint8_t>(config.ib_retry_cnt);
-  if (config.ib_sl != Config::kAutoIndex) s.sl = static_cast<uint8_t>(config.ib_sl);
-  if (config.ib_tc != Config::kAutoIndex) s.traffic_class = static_cast<uint8_t>(config.ib_tc);
+  if (config.ib_sl != VerbsConfig::kAutoIndex) s.sl = static_cast<uint8_t>(config.ib_sl);
+  if (config.ib_tc != VerbsConfig::kAutoIndex) s.traffic_class = static_cast<uint8_t>(config.ib_tc);
   if (config.ib_mtu != IbMtu::kAuto) {
     // IbMtu::k256 + n and IBV_MTU_256 + n both name 256 << n bytes.
     s.max_mtu = static_cast<ibv_mtu>(IBV_MTU_256 + (static_cast<int>(config.ib_mtu) - 1));

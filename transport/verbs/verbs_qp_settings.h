@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "runtime/config.h"
+#include "transport/verbs/verbs_config.h"
 
 namespace eagercomm::verbs {
 
@@ -27,7 +27,7 @@ struct QpSettings {
 };
 
 // From EAGERCOMM_IB_TIMEOUT / _RETRY_CNT / _SL / _TC / _MTU (validated by the config table).
-QpSettings qp_settings(const Config& config);
+QpSettings qp_settings(const VerbsConfig& config);
 
 // Sets ours on `attr` for the transition to attr.qp_state and adds what it set to `mask`: the
 // access flags (INIT), min_rnr_timer, the SL / traffic class when given and the path MTU capped

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <random>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/emulated/emu_verbs.h"
 #include "transport/verbs/verbs_transport_impl.h"
 
@@ -53,7 +53,7 @@ VerbsTransport::VerbsTransport(int rank, int size, const VerbsApi& api)
       instance_(random_instance()),
       memory_(core_, rank, instance_) {}
 
-Status VerbsTransport::init(const Config& config) {
+Status VerbsTransport::init(const TransportConfig& config) {
   // Before this process registers anything through the table (defect 7).
   if (const ForkProtectionResult fork = enable_fork_protection(*api_);
       fork.state == ForkProtection::kFailed) {
@@ -104,7 +104,7 @@ Status VerbsTransport::init(const Config& config) {
   return Status::Ok();
 }
 
-Status VerbsTransport::choose_port(const Config& config, CmAddress& ip) {
+Status VerbsTransport::choose_port(const TransportConfig& config, CmAddress& ip) {
   const DeviceList list = list_verbs_devices(*api_);
   // No GPU is known here (a transport serves host and GPU buffers alike): the NUMA node decides,
   // and the local rank spreads a host's ranks over equally near NICs.
@@ -113,11 +113,12 @@ Status VerbsTransport::choose_port(const Config& config, CmAddress& ip) {
   EC_ASSIGN_OR_RETURN(endpoint_, choose_endpoint(list.devices, config, list.reason, here));
   // The IP rdma_cm would use (listened on, and on RoCE the address whose GID the port uses).
   if (config.ib_connect != IbConnectMode::kStore ||
-      (endpoint_.link == LinkLayer::kEthernet && config.ib_gid_index == Config::kAutoIndex)) {
+      (endpoint_.link == LinkLayer::kEthernet &&
+       config.ib_gid_index == TransportConfig::kAutoIndex)) {
     ip = find_cm_address(*api_, endpoint_.device, endpoint_.port);
   }
-  if (endpoint_.link == LinkLayer::kEthernet && config.ib_gid_index == Config::kAutoIndex &&
-      ip.found) {
+  if (endpoint_.link == LinkLayer::kEthernet &&
+      config.ib_gid_index == TransportConfig::kAutoIndex && ip.found) {
     // Defect 8: the GID of that IP, not the port's first IPv4 one (maybe another VLAN's).
     const PortInfo* port = find_port(list.devices, endpoint_);
     if (const int i = port != nullptr ? roce_gid_of_ip(*port, ip.family, ip.ip) : -1; i >= 0) {
@@ -350,8 +351,8 @@ Result<std::unique_ptr<Transport>> create_verbs_transport(const TransportParams&
     return make_status(StatusCode::kInvalidArgument, "verbs: rank %d of %d is not a rank",
                        params.rank, params.size);
   }
-  const Config defaults;
-  const Config& config = params.config != nullptr ? *params.config : defaults;
+  const TransportConfig defaults;
+  const TransportConfig& config = params.config != nullptr ? *params.config : defaults;
   const verbs::VerbsApi* api = nullptr;
   if (config.verbs_emulate) {
     static std::once_flag warned;

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "runtime/deadline.h"
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/verbs_transport_impl.h"
 
 namespace eagercomm::verbs {

@@ -8,12 +8,12 @@
 #include <deque>
 #include <utility>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/verbs_transport_impl.h"
 
 namespace eagercomm::verbs {
 
-Status VerbsTransport::setup_cm(const Config& config, const CmAddress& ip) {
+Status VerbsTransport::setup_cm(const TransportConfig& config, const CmAddress& ip) {
   connect_mode_ = config.ib_connect;
   if (connect_mode_ == IbConnectMode::kStore) return Status::Ok();
   EC_ASSIGN_OR_RETURN(const bool offer, offers_cm(connect_mode_, ip.found, ip.why_none));

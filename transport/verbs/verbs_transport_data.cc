@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "runtime/gpu.h"
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/verbs_transport_impl.h"
 #include "transport/write_bounds.h"
 

@@ -3,7 +3,7 @@
 // is logged once and queued as one kPeerError.
 #include <cstdio>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/verbs_transport_impl.h"
 
 namespace eagercomm::verbs {

@@ -23,10 +23,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/config.h"
 #include "runtime/unique_fd.h"
 #include "transport/local_completions.h"
 #include "transport/transport.h"
+#include "transport/transport_config.h"
 #include "transport/verbs/verbs_api.h"
 #include "transport/verbs/verbs_cm_address.h"
 #include "transport/verbs/verbs_connect.h"
@@ -54,7 +54,7 @@ class VerbsTransport final : public Transport {
   VerbsTransport(int rank, int size, const VerbsApi& api);
   ~VerbsTransport() override { close(); }
 
-  Status init(const Config& config);
+  Status init(const TransportConfig& config);
 
   std::string_view name() const override { return "verbs"; }
   Result<std::unique_ptr<MemoryRegion>> allocate(size_t bytes, MemoryKind kind) override {
@@ -115,7 +115,7 @@ class VerbsTransport final : public Transport {
 
   // verbs_transport.cc
   // The device, port and GID (`ip`: the address rdma_cm would use, when one was looked for).
-  Status choose_port(const Config& config, CmAddress& ip);
+  Status choose_port(const TransportConfig& config, CmAddress& ip);
   // Opens it: context, protection domain, completion channel and queue, wake-up eventfd.
   Status open_device();
   // A QP per peer, in INIT with its receives posted; their numbers and PSNs into `address`.
@@ -124,7 +124,7 @@ class VerbsTransport final : public Transport {
   Status modify_qp_from_store(int peer);
 
   // verbs_transport_cm.cc
-  Status setup_cm(const Config& config, const CmAddress& ip);
+  Status setup_cm(const TransportConfig& config, const CmAddress& ip);
   // Feeds `e` to the peer's connection and performs what it asks (verbs_connect.h).
   void drive(int peer, ConnEvent e, const std::string& detail = {}, rdma_cm_id* request = nullptr);
   Status perform(int peer, ConnAction a, rdma_cm_id* request);

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <memory>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 
 namespace eagercomm::verbs::emu {
 namespace {

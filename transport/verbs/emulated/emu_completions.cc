@@ -7,7 +7,7 @@
 #include <memory>
 #include <mutex>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/emulated/emu_objects.h"
 
 namespace eagercomm::verbs::emu {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/emulated/emu_cm.h"
 #include "transport/verbs/emulated/emu_objects.h"
 

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/emulated/emu_objects.h"
 #include "transport/verbs/emulated/emu_verbs.h"
 

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/log.h"
+#include "transport/transport_log.h"
 #include "transport/verbs/emulated/emu_cm.h"
 #include "transport/verbs/emulated/emu_device_memory.h"
 #include "transport/verbs/emulated/emu_objects.h"
