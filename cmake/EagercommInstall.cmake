@@ -53,9 +53,13 @@ install(TARGETS ${_ec_libraries} EXPORT eagercommTargets
 # header that starts to include an internal one fails there). Every other header is internal,
 # whatever its comment says, and stays in the tree: the engine behind Communicator::Impl
 # (collectives/communicator_impl.h), the transports, the algorithms.
+# The configuration a program passes to Communicator (collectives/config.h's Config) is
+# composed of every layer's rows, so those few headers are public too.
 set(_ec_public_headers
-  runtime/status.h runtime/config.h runtime/memory.h runtime/store.h runtime/file_store.h
+  runtime/status.h runtime/config.h runtime/config_table.h runtime/memory.h runtime/store.h runtime/file_store.h
   runtime/tcp_store.h runtime/launch_env.h
+  transport/transport_config.h transport/verbs/verbs_config.h
+  collectives/config.h collectives/collective_config.h
   collectives/dtype.h collectives/communicator.h collectives/partial_allreduce.h)
 if(TARGET eagercomm_mpi)
   list(APPEND _ec_public_headers collectives/communicator_mpi.h)

@@ -58,7 +58,7 @@ for header in collectives/communicator.h collectives/partial_allreduce.h collect
   runtime/status.h runtime/store.h runtime/config.h runtime/memory.h; do
   [[ -f $include/$header ]] || fail "public header $header is not installed"
 done
-for header in collectives/communicator_impl.h collectives/comm_core.h transport/transport.h; do
+for header in collectives/communicator_impl.h collectives/engine/comm_core.h transport/transport.h; do
   [[ ! -e $include/$header ]] || fail "internal header $header is installed"
 done
 cxx_for_headers=${EC_INSTALL_CXX:-$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")}
