@@ -497,7 +497,7 @@ Status Communicator::barrier(std::chrono::nanoseconds timeout) {
 Status Communicator::Impl::run_blocking(std::shared_ptr<detail::Op> op,
                                         std::chrono::nanoseconds timeout) {
   log_set_thread_rank(core->rank());
-  return core->run(std::move(op), true, timeout);
+  return core->run(std::move(op), detail::CommCore::WakeDriver::kYes, timeout);
 }
 
 Status Communicator::Impl::finish_blocking(Request& req, std::chrono::nanoseconds timeout) {

@@ -1,7 +1,7 @@
 // FNV-1a, 64 bits: the one hash behind shm segment names (the scope hash), ucx's wire
 // checksums and its host word, and job ids (launch_env.cc, with the basis below). Its values are
 // names and wire formats that ranks compare with each other: never change them
-// (tests/hash_test.cc pins them). Not for anything an attacker chooses to collide: a check
+// (tests/runtime/hash_test.cc pins them). Not for anything an attacker chooses to collide: a check
 // against mistakes only.
 #pragma once
 

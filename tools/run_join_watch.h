@@ -3,8 +3,8 @@
 //
 // Communicator::from_env() publishes `eagercomm/<job>/size/<rank>` when a rank begins to join
 // and `eagercomm/<job>/inbox/<rank>` once it has published everything its peers need
-// (collectives/comm_core.cc): a rank without its inbox key has not joined, and its peers wait
-// for it. A rank that fails to join writes `.../failed/<rank>` and bumps the `.../failed`
+// (collectives/engine/bootstrap.cc): a rank without its inbox key has not joined, and its peers
+// wait for it. A rank that fails to join writes `.../failed/<rank>` and bumps the `.../failed`
 // counter, which waiting peers look at every 50 ms; report_gone() writes the same for a rank
 // that left without joining, so they stop waiting at once and name it.
 //

@@ -97,7 +97,7 @@ Status CommCore::make_small_boxes() {
   return Status::Ok();
 }
 
-void CommCore::submit(std::shared_ptr<Op> op, bool kick) {
+void CommCore::submit(std::shared_ptr<Op> op, WakeDriver wake) {
   Op* raw = op.get();
   raw->set_key(make_key(0, next_seq_.fetch_add(1, std::memory_order_relaxed)));
   raw->self = std::move(op);
@@ -110,14 +110,14 @@ void CommCore::submit(std::shared_ptr<Op> op, bool kick) {
   }
   submissions_.push(raw);
   submitting_.fetch_sub(1, std::memory_order_seq_cst);
-  if (kick) engine_->kick();
+  if (wake == WakeDriver::kYes) engine_->kick();
 }
 
-Status CommCore::run(std::shared_ptr<Op> op, bool kick, std::chrono::nanoseconds timeout) {
+Status CommCore::run(std::shared_ptr<Op> op, WakeDriver wake, std::chrono::nanoseconds timeout) {
   if (destroyed()) return closed_status();
   Op* raw = op.get();
   const Status precheck = raw->precheck_error;
-  submit(op, kick);  // `op` (ours) keeps it alive after the engine lets go
+  submit(op, wake);  // `op` (ours) keeps it alive after the engine lets go
   if (!precheck.ok()) {
     engine_->try_progress();
     return precheck;
@@ -174,7 +174,7 @@ Status CommCore::abandon(Op& op, std::chrono::nanoseconds waited) {
 
 Status CommCore::run_inline(std::shared_ptr<Op> op, std::chrono::nanoseconds timeout) {
   if (!op->precheck_error.ok() || !engine_->try_begin_driving()) {
-    return run(std::move(op), false, timeout);
+    return run(std::move(op), WakeDriver::kNo, timeout);
   }
   // The driver token keeps destroy() out until end_driving(): it closes the engine first.
   Op* raw = op.get();

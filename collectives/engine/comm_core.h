@@ -69,13 +69,15 @@ class CommCore final : public ProgressSource {
   size_t small_max_bytes() const { return small_ ? small_->max_bytes() : 0; }
   Engine& engine() { return *engine_; }
 
-  // Numbers `op` in the collective stream and hands it to the engine. Any thread. Without
-  // `kick`, a driver asleep is not woken (the caller is about to drive itself).
-  void submit(std::shared_ptr<Op> op, bool kick = true);
+  // Whether submit() wakes a driver asleep in the engine: kNo when the caller is about to drive
+  // progress itself.
+  enum class WakeDriver : uint8_t { kNo, kYes };
+  // Numbers `op` in the collective stream and hands it to the engine. Any thread.
+  void submit(std::shared_ptr<Op> op, WakeDriver wake = WakeDriver::kYes);
   // submit(), then waits for the operation, driving progress inline, for `timeout`
-  // (kConfiguredTimeout: EAGERCOMM_TIMEOUT; 0: forever). At the timeout the operation is
-  // abandoned (see abandon()) and the error names the ranks that had not arrived.
-  Status run(std::shared_ptr<Op> op, bool kick = true,
+  // (kConfiguredTimeout: EAGERCOMM_TIMEOUT; kWaitForever or -1: no limit). At the timeout the
+  // operation is abandoned (see abandon()) and the error names the ranks that had not arrived.
+  Status run(std::shared_ptr<Op> op, WakeDriver wake = WakeDriver::kYes,
              std::chrono::nanoseconds timeout = kConfiguredTimeout);
   // run() for latency-bound calls: when the engine is free, this thread takes the token, numbers
   // and begins the operation itself (no submission queue, no wake-up) and drives it to the end.
@@ -92,7 +94,7 @@ class CommCore final : public ProgressSource {
   // "; silent ranks: rank 2 (nothing heard for 3.1s)" for peers whose heartbeats stopped
   // coming, or "" (none, or heartbeats off). Any thread.
   std::string silent_report() const { return watchdog_.silent_report(); }
-  // EAGERCOMM_TIMEOUT for kConfiguredTimeout, else `timeout` (0 or less: forever).
+  // EAGERCOMM_TIMEOUT for kConfiguredTimeout (0), else `timeout` (negative: forever).
   std::chrono::nanoseconds resolve(std::chrono::nanoseconds timeout) const {
     return timeout == kConfiguredTimeout ? config_.timeout : timeout;
   }

@@ -1,7 +1,7 @@
 // The inproc backend's own behaviour; what every backend promises (writes and notifications,
 // back-pressure, wait and wake, mapped stores, bad keys, close) is checked by
-// tests/transport_contract_test.cc. Here: the key's fabric, version and kind checks, what CUDA
-// memory gets without a GPU (tests/transport/gpu_ipc_test.cc moves data between device buffers
+// tests/transport/transport_contract_test.cc. Here: the key's fabric, version and kind checks, what
+// CUDA memory gets without a GPU (tests/transport/gpu_ipc_test.cc moves data between device buffers
 // where there is one), memory that outlives its owner, world-size mismatches, a wait() that sleeps
 // its whole timeout.
 #include <gtest/gtest.h>

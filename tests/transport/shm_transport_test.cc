@@ -4,7 +4,7 @@
 // peers, addresses and kinds in shm's terms, wait()'s bounded sleeps, and peers that corrupt the
 // shared rings. Plus a ping-pong and bandwidth measurement (printed). What every backend
 // promises (writes and notifications, back-pressure, lost wake-ups, mapped stores, close) is
-// tests/transport_contract_test.cc.
+// tests/transport/transport_contract_test.cc.
 //
 // Children report failures on stderr and through their exit code; the parent checks every exit
 // code and that no /dev/shm/eagercomm-<job>-* is left behind.

@@ -548,7 +548,7 @@ TEST(VerbsEmulated, AQueuePairInErrorWithOnlyFlushErrorsLosesThePeer) {
   ASSERT_NE(r.remote, nullptr);
   ASSERT_TRUE(post(t, seen, [&] { return t[0]->write(*r.src, 0, *r.remote, 0, 8, 1, 1); }).ok());
   ASSERT_TRUE(drive(t, seen, [&] { return count(seen[1], TransportCompletion::Kind::kNotify); }));
-  ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(*t[0], 1, 2), /*async_event=*/false).ok());
+  ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(*t[0], 1, 2), verbs::emu::AsyncEvent::kNo).ok());
   EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[0], 1); }))
       << "rank 0's QP to rank 1 is in ERROR (its receives flushed): rank 1 must be lost";
 }
@@ -560,7 +560,7 @@ TEST(VerbsEmulated, AFatalQueuePairEventLosesThePeer) {
   ASSERT_TRUE(w.ok);
   auto& t = w.t;
   auto& seen = w.seen;
-  ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(*t[0], 2, 3), /*async_event=*/true).ok());
+  ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(*t[0], 2, 3), verbs::emu::AsyncEvent::kYes).ok());
   EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[0], 2); }));
   EXPECT_FALSE(lost(seen[0], 1)) << "only the QP to rank 2 failed";
 }
@@ -572,7 +572,8 @@ TEST(VerbsEmulated, ACompletionQueueInErrorLosesEveryPeer) {
   auto t = connected_world(3, config);
   ASSERT_EQ(t.size(), 3u);
   std::vector<std::vector<TransportCompletion>> seen(3);
-  ASSERT_TRUE(verbs::emu::inject_cq_error(qp_of(*t[1], 0, 3).lid, /*async_event=*/false).ok());
+  ASSERT_TRUE(
+      verbs::emu::inject_cq_error(qp_of(*t[1], 0, 3).lid, verbs::emu::AsyncEvent::kNo).ok());
   EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[1], 0) && lost(seen[1], 2); }));
 }
 
@@ -759,7 +760,7 @@ TEST(VerbsEmulated, APortThatFlapsLosesNothingAndOneThatStaysDownLosesThePeer) {
   auto& seen = w.seen;
   Route& r = w.r;
   const uint32_t lid = qp_of(*t[0], 1, 2).lid;
-  ASSERT_TRUE(verbs::emu::set_port_down(lid, true).ok());
+  ASSERT_TRUE(verbs::emu::set_port_state(lid, verbs::emu::PortState::kDown).ok());
   ASSERT_TRUE(t[0]->write(*r.src, 0, *r.remote, 0, 8, 2, 2).ok());
   for (int i = 0; i < 50; ++i) {  // the async event is read meanwhile
     TransportCompletion buf[16];
@@ -767,7 +768,7 @@ TEST(VerbsEmulated, APortThatFlapsLosesNothingAndOneThatStaysDownLosesThePeer) {
     seen[0].insert(seen[0].end(), buf, buf + n);
     std::this_thread::sleep_for(1ms);
   }
-  ASSERT_TRUE(verbs::emu::set_port_down(lid, false).ok());
+  ASSERT_TRUE(verbs::emu::set_port_state(lid, verbs::emu::PortState::kActive).ok());
   ASSERT_TRUE(
       drive(t, seen, [&] { return count(seen[1], TransportCompletion::Kind::kNotify) == 2; }));
   EXPECT_FALSE(lost(seen[0], 1));
@@ -781,7 +782,8 @@ TEST(VerbsEmulated, APortThatFlapsLosesNothingAndOneThatStaysDownLosesThePeer) {
   Route& r2 = w2.r;
   ASSERT_TRUE(
       drive(t2, seen2, [&] { return count(seen2[1], TransportCompletion::Kind::kNotify); }));
-  ASSERT_TRUE(verbs::emu::set_port_down(qp_of(*t2[0], 1, 2).lid, true).ok());
+  ASSERT_TRUE(
+      verbs::emu::set_port_state(qp_of(*t2[0], 1, 2).lid, verbs::emu::PortState::kDown).ok());
   ASSERT_TRUE(t2[0]->write(*r2.src, 0, *r2.remote, 0, 8, 2, 2).ok());
   EXPECT_TRUE(drive(t2, seen2, [&] { return lost(seen2[0], 1); }));
 }

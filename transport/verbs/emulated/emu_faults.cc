@@ -54,7 +54,8 @@ Status inject_delay(QpRef ref, std::chrono::microseconds delay) {
   return with_qps(ref, [delay](Context&, Qp& qp) { qp.delay = delay; });
 }
 
-Status inject_qp_error(QpRef ref, bool async_event) {
+Status inject_qp_error(QpRef ref, AsyncEvent event) {
+  const bool async_event = event == AsyncEvent::kYes;
   return with_qps(ref, [async_event](Context& ctx, Qp& qp) {
     if (qp.state == IBV_QPS_ERR) return;
     EC_DEBUG(kNet, "emulated verbs: QP %u: injected error", qp.handle->qp_num);
@@ -68,7 +69,8 @@ Status inject_qp_error(QpRef ref, bool async_event) {
   });
 }
 
-Status inject_cq_error(uint32_t lid, bool async_event) {
+Status inject_cq_error(uint32_t lid, AsyncEvent event) {
+  const bool async_event = event == AsyncEvent::kYes;
   return with_context(lid, [async_event](Context& ctx) {
     std::vector<Cq*> cqs;
     for (Qp* qp : ctx.qps) {
@@ -92,7 +94,8 @@ Status inject_cq_error(uint32_t lid, bool async_event) {
   });
 }
 
-Status set_port_down(uint32_t lid, bool down) {
+Status set_port_state(uint32_t lid, PortState state) {
+  const bool down = state == PortState::kDown;
   return with_context(lid, [down](Context& ctx) {
     if (ctx.port_down == down) return;
     ctx.port_down = down;

@@ -126,7 +126,7 @@ struct Context {
   std::mutex async_mu;                                          // async_events (any thread)
   std::deque<ibv_async_event> async_events;
   uint32_t key_salt = 1;   // random per context: a reused port does not hand out the same keys
-  bool port_down = false;  // set_port_down(): nothing sent or placed
+  bool port_down = false;  // set_port_state(kDown): nothing sent or placed
   uint32_t max_msg = 0;    // the port's max_msg_sz (set_max_message())
   std::atomic<bool> stop{false};
   std::thread device;

@@ -61,16 +61,19 @@ struct QpRef {
 Status inject_drop(QpRef ref, uint32_t packets);
 // Every request of the QPs starts `delay` late (0: no delay).
 Status inject_delay(QpRef ref, std::chrono::microseconds delay);
+// Whether an injected error is also announced as an asynchronous event.
+enum class AsyncEvent : uint8_t { kNo, kYes };
 // The QPs enter ERROR as after a catastrophic local error: every outstanding request completes
-// with IBV_WC_WR_FLUSH_ERR, none with an error of its own; with `async_event`, an
+// with IBV_WC_WR_FLUSH_ERR, none with an error of its own; with AsyncEvent::kYes, an
 // IBV_EVENT_QP_FATAL is queued first.
-Status inject_qp_error(QpRef ref, bool async_event);
-// The port's completion queues fail: ibv_poll_cq returns -1 from now on; with `async_event`, an
-// IBV_EVENT_CQ_ERR per CQ.
-Status inject_cq_error(uint32_t lid, bool async_event);
+Status inject_qp_error(QpRef ref, AsyncEvent event);
+// The port's completion queues fail: ibv_poll_cq returns -1 from now on; with AsyncEvent::kYes,
+// an IBV_EVENT_CQ_ERR per CQ.
+Status inject_cq_error(uint32_t lid, AsyncEvent event);
+enum class PortState : uint8_t { kDown, kActive };
 // The port goes down (IBV_EVENT_PORT_ERR; nothing is sent or placed, so requests retry) or comes
 // back (IBV_EVENT_PORT_ACTIVE).
-Status set_port_down(uint32_t lid, bool down);
+Status set_port_state(uint32_t lid, PortState state);
 // The max_msg_sz of ports opened from now on (2^31 unless set): a longer request completes with
 // IBV_WC_LOC_LEN_ERR.
 void set_max_message(uint32_t bytes);
