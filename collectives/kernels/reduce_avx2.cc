@@ -2,13 +2,11 @@
 // loop (reduce_simd_loop.h). Each lanes struct loads a vector of elements widened to the type the
 // operator works in (16-bit floats become float), applies sum/min/max with exactly the scalar
 // semantics (reduce_scalar.h), and narrows/stores the result. Loads and stores are unaligned.
-// The loops are inlined into the target functions below (see reduce_simd_loop.h); GCC checks
-// -Wpsabi at the end of the file, where the templates are instantiated, hence file-wide and
-// before the loop header.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+// Every function here that takes or returns a vector carries EC_TARGET_AVX2, the loops included
+// (EC_SIMD_TARGET, see reduce_simd_loop.h), so no vector crosses a call between targets.
 
+#define EC_TARGET_AVX2 __attribute__((target("avx,avx2,f16c")))
+#define EC_SIMD_TARGET EC_TARGET_AVX2
 #include "collectives/kernels/reduce_simd_loop.h"
 #include "collectives/kernels/reduce_table.h"
 
@@ -16,8 +14,6 @@
 
 namespace eagercomm::reduce_impl {
 namespace {
-
-#define EC_TARGET_AVX2 __attribute__((target("avx,avx2,f16c")))
 
 struct F32Ops {
   using V = __m256;
@@ -211,6 +207,7 @@ struct Family {
 };
 
 #undef EC_TARGET_AVX2
+#undef EC_SIMD_TARGET
 
 constexpr KernelTable kTable = make_table<Family>("avx2");
 

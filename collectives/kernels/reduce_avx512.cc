@@ -1,12 +1,10 @@
 // The AVX-512 (F, VL, BW, DQ) reduction kernels: 512-bit lanes of every element type, with masked
 // tails, run by the one SIMD loop (reduce_simd_loop.h); see reduce_avx2.cc for the lanes' shape.
-// The loops are inlined into the target functions below (see reduce_simd_loop.h); GCC checks
-// -Wpsabi at the end of the file, where the templates are instantiated, hence file-wide and
-// before the loop header.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+// Every function here that takes or returns a vector carries EC_TARGET_AVX512, the loops included
+// (EC_SIMD_TARGET, see reduce_simd_loop.h), so no vector crosses a call between targets.
 
+#define EC_TARGET_AVX512 __attribute__((target("avx,avx2,f16c,avx512f,avx512vl,avx512bw,avx512dq")))
+#define EC_SIMD_TARGET EC_TARGET_AVX512
 #include "collectives/kernels/reduce_simd_loop.h"
 #include "collectives/kernels/reduce_table.h"
 
@@ -14,8 +12,6 @@
 
 namespace eagercomm::reduce_impl {
 namespace {
-
-#define EC_TARGET_AVX512 __attribute__((target("avx,avx2,f16c,avx512f,avx512vl,avx512bw,avx512dq")))
 
 struct F32Ops {
   using V = __m512;
@@ -246,6 +242,7 @@ struct Family {
 };
 
 #undef EC_TARGET_AVX512
+#undef EC_SIMD_TARGET
 
 constexpr KernelTable kTable = make_table<Family>("avx512");
 

@@ -1,16 +1,18 @@
 // The one SIMD loop of the reduction kernels, for every x86 instruction set: reduce_avx2.cc and
-// reduce_avx512.cc each describe their registers ("lanes": load, widen, operate, narrow, store)
-// and instantiate these loops (immintrin.h is included here for them) inside a function carrying
-// their target attribute with
-// [[gnu::flatten]], so the loop and the lanes' intrinsics are compiled for that instruction set
-// only. The loops are templates of the default target and call no intrinsic themselves: an
-// intrinsic cannot be inlined into a function of a smaller target. They pass vectors between
-// default-target functions, which GCC's -Wpsabi flags (the ABI differs from code built with
-// -mavx); no such call survives the flattening, so the two files that instantiate the loops
-// silence that warning. Internal.
+// reduce_avx512.cc each describe their registers ("lanes": load, widen, operate, narrow, store),
+// define EC_SIMD_TARGET as their target attribute and include this header, so the loops carry the
+// same target as the lanes they call. They must: a vector passed to or returned from a function
+// of the default target travels in memory (the -mavx ABI differs), so a loop of the default
+// target calling a lane of the AVX-512 target reads its arguments from the wrong registers once
+// the call is not inlined (the sanitizer builds do not inline it). The loops sit in an unnamed
+// namespace: each including file compiles its own copy for its own target. Internal.
 #pragma once
 
 #if defined(__x86_64__)
+
+#ifndef EC_SIMD_TARGET
+#error "define EC_SIMD_TARGET (the including file's target attribute) before this header"
+#endif
 
 #include <concepts>
 #include <cstddef>
@@ -31,9 +33,10 @@
 #endif
 
 namespace eagercomm::reduce_impl {
+namespace {
 
 template <class L, class Op>
-inline typename L::V simd_apply(typename L::V a, typename L::V b) {
+EC_SIMD_TARGET inline typename L::V simd_apply(typename L::V a, typename L::V b) {
   if constexpr (std::is_same_v<Op, Sum>) {
     return L::sum(a, b);
   } else if constexpr (std::is_same_v<Op, Min>) {
@@ -55,7 +58,8 @@ concept MaskedTail = requires(const S* in, S* out, typename L::Packed v, size_t 
 // loaded before any store (so out may equal a or b), and there is enough independent work to
 // hide the conversion latency of the 16-bit types.
 template <class E, class L, class Op, bool kTwo>
-inline void simd_reduce_loop(void* out1, void* out2, const void* a, const void* b, size_t n) {
+EC_SIMD_TARGET inline void simd_reduce_loop(void* out1, void* out2, const void* a, const void* b,
+                                            size_t n) {
   using S = typename Element<E>::Storage;
   auto* o1 = static_cast<S*>(out1);
   auto* o2 = static_cast<S*>(out2);
@@ -99,7 +103,7 @@ inline void simd_reduce_loop(void* out1, void* out2, const void* a, const void* 
 // of bytes (B::kBytes); with a masked tail (B::load(p, rem) / B::store(p, v, rem)) the last
 // partial register is moved masked, otherwise by memcpy.
 template <class B>
-inline void simd_copy2_loop(void* out1, void* out2, const void* in, size_t bytes) {
+EC_SIMD_TARGET inline void simd_copy2_loop(void* out1, void* out2, const void* in, size_t bytes) {
   auto* o1 = static_cast<unsigned char*>(out1);
   auto* o2 = static_cast<unsigned char*>(out2);
   const auto* src = static_cast<const unsigned char*>(in);
@@ -135,6 +139,7 @@ inline void simd_copy2_loop(void* out1, void* out2, const void* in, size_t bytes
   }
 }
 
+}  // namespace
 }  // namespace eagercomm::reduce_impl
 
 #endif  // defined(__x86_64__)
