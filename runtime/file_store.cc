@@ -11,6 +11,8 @@
 #include <cstring>
 #include <thread>
 
+#include "runtime/deadline.h"
+
 namespace eagercomm {
 namespace {
 
@@ -97,7 +99,8 @@ Status FileStore::set(const std::string& key, const Bytes& value) {
 }
 
 Status FileStore::wait(const std::vector<std::string>& keys, std::chrono::nanoseconds timeout) {
-  const auto start = std::chrono::steady_clock::now();
+  EC_RETURN_IF_ERROR(check_store_timeout(timeout));
+  const auto deadline = deadline_after(timeout);
   auto pause = std::chrono::microseconds(50);
   for (;;) {
     std::string missing;
@@ -106,8 +109,7 @@ Status FileStore::wait(const std::vector<std::string>& keys, std::chrono::nanose
       missing += (missing.empty() ? "" : ", ") + k;
     }
     if (missing.empty()) return Status::Ok();
-    if (timeout > std::chrono::nanoseconds::zero() &&
-        std::chrono::steady_clock::now() - start >= timeout) {
+    if (!is_forever(deadline) && std::chrono::steady_clock::now() >= deadline) {
       return make_status(StatusCode::kTimeout, "store: keys not set within the timeout: %s",
                          missing.c_str());
     }

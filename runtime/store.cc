@@ -40,7 +40,17 @@ Result<int64_t> HashStore::add(const std::string& key, int64_t delta) {
   return value;
 }
 
+Status check_store_timeout(std::chrono::nanoseconds timeout) {
+  if (timeout >= std::chrono::nanoseconds::zero() || timeout == std::chrono::nanoseconds(-1)) {
+    return Status::Ok();
+  }
+  return make_status(StatusCode::kInvalidArgument,
+                     "store: timeout %lldns is negative (0, -1 or kWaitForever: no limit)",
+                     static_cast<long long>(timeout.count()));
+}
+
 Status HashStore::wait(const std::vector<std::string>& keys, std::chrono::nanoseconds timeout) {
+  EC_RETURN_IF_ERROR(check_store_timeout(timeout));
   const auto deadline = deadline_after(timeout);
   std::unique_lock<std::mutex> lock(mu_);
   auto all_present = [&] {

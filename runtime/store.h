@@ -47,6 +47,13 @@ class HashStore final : public Store {
   std::map<std::string, Bytes> data_;
 };
 
+// A store's timeouts keep c10d::Store's meaning, the shape these stores share: 0 (c10d's
+// kNoTimeout), -1 and kWaitForever wait without limit, since a store has no configured timeout
+// for 0 to stand for (communicator.h's rule, where 0 is EAGERCOMM_TIMEOUT); any other negative
+// value is refused with kInvalidArgument by every store here. A timeout too long for the clock
+// is no limit. The check the stores share:
+Status check_store_timeout(std::chrono::nanoseconds timeout);
+
 // Helpers for small typed values in a store.
 Bytes to_bytes(const std::string& s);
 std::string to_string(const Bytes& b);

@@ -80,10 +80,10 @@ class TcpStoreServer {
   std::thread thread_;
 };
 
-// A client of a TcpStoreServer, with the Store semantics of store.h exactly (timeout <= 0 waits
-// forever; timeout errors name the missing keys). Thread-safe: calls are serialized on one
-// connection, so a thread in a long wait() holds up the others' calls on the same client (use
-// a second client when one thread must set what another waits for).
+// A client of a TcpStoreServer, with the Store semantics of store.h exactly (timeouts as
+// check_store_timeout says; timeout errors name the missing keys). Thread-safe: calls are
+// serialized on one connection, so a thread in a long wait() holds up the others' calls on the same
+// client (use a second client when one thread must set what another waits for).
 //
 // get() and wait() end at their own timeout even when the server does not answer. set() and
 // add() wait for the server's answer at most as long as the connect timeout. When the server

@@ -303,6 +303,7 @@ Result<Response> blocking_request(TcpStore::Connection& c, Msg op,
 
 Result<Bytes> TcpStore::get(const std::string& key, nanoseconds timeout) {
   EC_RETURN_IF_ERROR(check_key(key));
+  EC_RETURN_IF_ERROR(check_store_timeout(timeout));
   std::lock_guard<std::mutex> lock(mu_);
   EC_ASSIGN_OR_RETURN(Response resp,
                       blocking_request(*conn_, Msg::kGet, {key}, timeout, io_timeout_));
@@ -325,6 +326,7 @@ Status TcpStore::wait(const std::vector<std::string>& keys, nanoseconds timeout)
                        kTcpStoreMaxWaitKeys);
   }
   for (const std::string& k : keys) EC_RETURN_IF_ERROR(check_key(k));
+  EC_RETURN_IF_ERROR(check_store_timeout(timeout));
   if (keys.empty()) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu_);
   EC_ASSIGN_OR_RETURN(Response resp,

@@ -107,6 +107,12 @@ Result<std::unique_ptr<EagerSgd>> EagerSgd::create(Communicator& comm, float* pa
   } else if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
     local = make_status(StatusCode::kInvalidArgument,
                         "eager SGD: weight decay %g must be finite and >= 0", options.weight_decay);
+  } else if (options.timeout < std::chrono::nanoseconds::zero() &&
+             options.timeout != std::chrono::nanoseconds(-1)) {
+    local = make_status(StatusCode::kInvalidArgument,
+                        "eager SGD: timeout %lldns is negative (kConfiguredTimeout: "
+                        "EAGERCOMM_TIMEOUT, kWaitForever: no limit)",
+                        static_cast<long long>(options.timeout.count()));
   } else if (options.staleness != StalenessRule::kNone &&
              options.staleness != StalenessRule::kMomentum &&
              options.staleness != StalenessRule::kRate) {
@@ -230,8 +236,7 @@ Status EagerSgd::step() {
     // Nothing completed since this rank's previous post: wait for the round its post is in.
     ++stats_.blocking_steps;
     const auto start = Clock::now();
-    Result<RoundResult> r =
-        options_.timeout.count() > 0 ? pa_->wait(options_.timeout) : pa_->wait();
+    Result<RoundResult> r = pa_->wait(options_.timeout);
     stats_.waiting += Clock::now() - start;
     if (!r.ok()) return r.status();
     apply(r.value());

@@ -75,9 +75,11 @@ struct SgdOptions {
   StalenessRule staleness = StalenessRule::kMomentum;
   // Rank 0's parameters are broadcast at create() so that every replica starts identical.
   bool broadcast_initial = true;
-  // How long step() waits for a round before giving up (0: EAGERCOMM_TIMEOUT). finish() always
-  // uses EAGERCOMM_TIMEOUT (the flush's own limit).
-  std::chrono::nanoseconds timeout{0};
+  // How long step() waits for a round before giving up, by the rule of every timeout
+  // (communicator.h, "Timeouts"): kConfiguredTimeout is EAGERCOMM_TIMEOUT, kWaitForever no
+  // limit, other negative values are refused by create(). finish() always uses
+  // EAGERCOMM_TIMEOUT (the flush's own limit).
+  std::chrono::nanoseconds timeout = kConfiguredTimeout;
 };
 
 struct SgdStats {

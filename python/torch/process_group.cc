@@ -244,7 +244,10 @@ c10::intrusive_ptr<ProcessGroupEagercomm> ProcessGroupEagercomm::create(
   TORCH_CHECK_VALUE(size >= 1, "eagercomm backend: world size ", size, " must be at least 1");
   TORCH_CHECK_VALUE(rank >= 0 && rank < size, "eagercomm backend: rank ", rank, " is not in [0, ",
                     size, ")");
-  TORCH_CHECK_VALUE(timeout.count() >= 0, "eagercomm backend: negative timeout");
+  // The one timeout rule (communicator.h): 0 is EAGERCOMM_TIMEOUT, -1 no limit; torch itself
+  // always passes its positive default.
+  TORCH_CHECK_VALUE(timeout.count() >= -1, "eagercomm backend: timeout ", timeout.count(),
+                    " ms is negative (0: EAGERCOMM_TIMEOUT, -1: no limit)");
   auto bundle = std::make_shared<CommBundle>();
   bundle->store = store;
   bundle->adapter = std::make_unique<C10dStoreAdapter>(store, "eagercomm/");
@@ -253,6 +256,7 @@ c10::intrusive_ptr<ProcessGroupEagercomm> ProcessGroupEagercomm::create(
   TORCH_CHECK_VALUE(base.ok(), "eagercomm backend: ", base.status().to_string());
   bundle->config = base.value();
   if (timeout.count() > 0) bundle->config.timeout = timeout;
+  if (timeout.count() == -1) bundle->config.timeout = kWaitForever;
 
   // Each group needs a scope of its own: shared-memory segment names derive from the job id and
   // the scope, and a job (one EAGERCOMM_JOB_ID) may hold several groups. Rank 0 draws it.

@@ -40,6 +40,35 @@ TEST(HashStore, TimeoutNamesTheMissingKeys) {
   EXPECT_EQ(s.get("nope", 5ms).status().code(), StatusCode::kTimeout);
 }
 
+// The stores' timeout rule (store.h): 0, -1 and kWaitForever wait without limit, other negative
+// values are refused naming the spellings.
+void check_timeout_rule(Store& s) {
+  for (std::chrono::nanoseconds t : {-2ns, -1s, std::chrono::nanoseconds::min()}) {
+    Status st = s.wait({"never"}, t);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << t.count();
+    EXPECT_NE(st.message().find("negative"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("kWaitForever"), std::string::npos) << st.message();
+    EXPECT_EQ(s.get("never", t).status().code(), StatusCode::kInvalidArgument) << t.count();
+  }
+  int n = 0;
+  for (std::chrono::nanoseconds t : {0ns, -1ns, std::chrono::nanoseconds::max()}) {
+    const std::string key = "later/" + std::to_string(n++);
+    std::thread setter([&] {
+      std::this_thread::sleep_for(30ms);
+      EXPECT_TRUE(s.set(key, to_bytes("v")).ok());
+    });
+    Result<Bytes> v = s.get(key, t);  // waits past 30 ms, without limit
+    setter.join();
+    ASSERT_TRUE(v.ok()) << t.count() << ": " << v.status().to_string();
+    EXPECT_EQ(to_string(v.value()), "v");
+  }
+}
+
+TEST(HashStore, TimeoutRule) {
+  HashStore s;
+  check_timeout_rule(s);
+}
+
 TEST(HashStore, AddIsAtomicAcrossThreads) {
   HashStore s;
   std::vector<std::thread> t;
@@ -90,6 +119,12 @@ TEST(FileStore, SetGetAddWaitAndOddKeys) {
   EXPECT_NE(st.message().find("absent key"), std::string::npos);
   EXPECT_FALSE(FileStore::open("").ok());
   EXPECT_FALSE(FileStore::open("/proc/version").ok());
+}
+
+TEST(FileStore, TimeoutRule) {
+  auto store = FileStore::open(temp_dir());
+  ASSERT_TRUE(store.ok());
+  check_timeout_rule(*store.value());
 }
 
 TEST(FileStore, ProcessesSeeEachOthersKeysAndCountersStayExact) {

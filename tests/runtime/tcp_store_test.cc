@@ -231,6 +231,11 @@ TEST(TcpStore, LimitsAreCheckedBeforeSending) {
   EXPECT_EQ(s->add(long_key, 1).status().code(), StatusCode::kInvalidArgument);
   const std::vector<std::string> too_many(kTcpStoreMaxWaitKeys + 1, "k");
   EXPECT_EQ(s->wait(too_many, 1s).code(), StatusCode::kInvalidArgument);
+  // Negative timeouts other than -1 (store.h's rule), before anything is sent.
+  EXPECT_EQ(s->get("k", -2ns).status().code(), StatusCode::kInvalidArgument);
+  st = s->wait({"k"}, -1s);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(st.message(), "negative")) << st.message();
   st = s->set("v", Bytes(kTcpStoreMaxValueBytes + 1));
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(contains(st.message(), "'v'")) << st.message();

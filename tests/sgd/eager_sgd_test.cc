@@ -199,6 +199,11 @@ TEST(EagerSgdBadInput, BadArgumentsFailOnEveryRankWithoutHanging) {
          if (r == 1) o.momentum = 1.0;
        },
        StatusCode::kInvalidArgument, "momentum"},
+      {"negative timeout",
+       [](int r, SgdOptions& o, MemoryKind&, size_t&, bool&) {
+         if (r == 1) o.timeout = std::chrono::seconds(-5);
+       },
+       StatusCode::kInvalidArgument, "timeout"},
       {"unsorted milestones",
        [](int r, SgdOptions& o, MemoryKind&, size_t&, bool&) {
          if (r == 1) o.lr.milestones = {10, 5};
