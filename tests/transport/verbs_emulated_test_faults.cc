@@ -1,0 +1,232 @@
+// verbs_emulated_test (tests/transport/verbs_emulated_test.cc), faults: stale rkeys, queue
+// pairs and completion queues in error, lost packets and credit updates lose the peer; a
+// peer's disconnect after its last notifications and a port that flaps lose nothing.
+#include <gtest/gtest.h>
+
+#include "runtime/build_config.h"
+
+#if EAGERCOMM_HAVE_VERBS
+
+#include "tests/transport/verbs_emulated_test.h"
+
+namespace eagercomm::test::verbs_emulated_test {
+namespace {
+
+TEST(VerbsEmulated, AStaleRkeyIsAnAccessErrorThatLosesThePeer) {
+  const Config config = emulated();
+  auto t = connected_world(2, config);
+  ASSERT_EQ(t.size(), 2u);
+  auto dst = t[1]->allocate(4096, MemoryKind::kHost);
+  auto src = t[0]->allocate(8192, MemoryKind::kHost);
+  ASSERT_TRUE(dst.ok() && src.ok());
+  auto remote = t[0]->import_region(1, dst.value()->remote_key());
+  ASSERT_TRUE(remote.ok());
+  // The transport checks bounds itself; a region deregistered behind its back is what only the
+  // device can catch: the rkey is stale.
+  std::vector<std::vector<TransportCompletion>> seen(2);
+  dst.value().reset();  // deregistered at rank 1
+  Status s(StatusCode::kBusy, "");
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (s.code() == StatusCode::kBusy && std::chrono::steady_clock::now() < deadline) {
+    s = t[0]->write(*src.value(), 0, *remote.value(), 0, 1024, 5, 6);
+    TransportCompletion buf[16];
+    for (int r = 0; r < 2; ++r) {
+      const size_t n = t[r]->poll(buf);
+      seen[r].insert(seen[r].end(), buf, buf + n);
+    }
+  }
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_TRUE(drive(t, seen, [&] {
+    return count(seen[0], TransportCompletion::Kind::kPeerError) > 0;
+  })) << "a write with a stale rkey must fail the peer";
+  EXPECT_EQ(count(seen[1], TransportCompletion::Kind::kNotify), 0u);
+}
+
+// Defect 5, cm half: a peer that sends and then closes disconnects; its RDMA_CM_EVENT_DISCONNECTED
+// was acted on before the CQ was drained, so "peer lost" overtook its last notifications. Now
+// every notification comes first, and a peer that left after connecting is no failure (as on
+// the store path); writing to it is refused, naming why.
+TEST(VerbsEmulated, APeersLastNotificationsComeBeforeItsDisconnect) {
+  Config config = emulated();
+  config.ib_connect = IbConnectMode::kCm;
+  for (int round = 0; round < 5; ++round) {
+    auto t = connected_world(2, config);
+    ASSERT_EQ(t.size(), 2u);
+    std::vector<std::vector<TransportCompletion>> seen(2);
+    Route r = route(t, 1, 0, 4096);
+    ASSERT_NE(r.remote, nullptr);
+    constexpr int kWrites = 30;  // within the receive window: no credit needs rank 0 to poll
+    for (int i = 0; i < kWrites; ++i) {
+      std::memset(r.src->data(), i + 1, 4096);
+      ASSERT_TRUE(post(t, seen, [&] {
+                    return t[1]->write(*r.src, 0, *r.remote, 0, 4096, 100 + i, i);
+                  }).ok());
+      // Only the writer polls: rank 0's notifications wait in its CQ.
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      while (count(seen[1], TransportCompletion::Kind::kWriteDone) < static_cast<size_t>(i + 1) &&
+             std::chrono::steady_clock::now() < deadline) {
+        TransportCompletion buf[16];
+        const size_t n = t[1]->poll(buf);
+        seen[1].insert(seen[1].end(), buf, buf + n);
+      }
+    }
+    t[1]->close();  // disconnects at once: rank 0 polls only now
+    ASSERT_TRUE(drive(t, seen, [&] {
+      return count(seen[0], TransportCompletion::Kind::kNotify) == kWrites || lost(seen[0], 1);
+    }));
+    size_t notifies = 0;
+    for (const auto& c : seen[0]) {
+      if (c.kind == TransportCompletion::Kind::kNotify) ++notifies;
+      if (c.kind == TransportCompletion::Kind::kPeerError) {
+        EXPECT_EQ(notifies, static_cast<size_t>(kWrites))
+            << "round " << round << ": lost before its notifications";
+      }
+    }
+    EXPECT_EQ(notifies, static_cast<size_t>(kWrites));
+    // The disconnect travels through rank 0's emulated port, behind the writes: rank 0's device
+    // thread hands it to the CM channel some time after close() returned, and the transport acts
+    // on it in the first poll after that which finds the CQ empty. Nothing else tells when that
+    // was, so poll for a while (wide: a loaded machine may not run the device thread at once).
+    const auto settle = std::chrono::steady_clock::now() + 500ms;
+    while (std::chrono::steady_clock::now() < settle) {
+      t[0]->wait(1ms);
+      TransportCompletion buf[16];
+      const size_t n = t[0]->poll(buf);
+      seen[0].insert(seen[0].end(), buf, buf + n);
+    }
+    EXPECT_FALSE(lost(seen[0], 1)) << "a peer that closed is not lost";
+    const Status s = t[0]->notify(1, 7);
+    EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << s.to_string();
+    EXPECT_NE(s.message().find("has closed"), std::string::npos) << s.to_string();
+  }
+}
+
+// Defect 3 of issue 18: a QP that entered ERROR with nothing but flush errors to show for it
+// (a catastrophic local error; here without even the async event) was never reported: the flush
+// completions were skipped, and the peer looked alive until some timeout.
+TEST(VerbsEmulated, AQueuePairInErrorWithOnlyFlushErrorsLosesThePeer) {
+  const Config config = emulated();
+  auto t = connected_world(2, config);
+  ASSERT_EQ(t.size(), 2u);
+  std::vector<std::vector<TransportCompletion>> seen(2);
+  // Connected first (a write through), so the error is not a connection failure.
+  Route r = route(t, 0, 1, 64);
+  ASSERT_NE(r.remote, nullptr);
+  ASSERT_TRUE(post(t, seen, [&] { return t[0]->write(*r.src, 0, *r.remote, 0, 8, 1, 1); }).ok());
+  ASSERT_TRUE(drive(t, seen, [&] { return count(seen[1], TransportCompletion::Kind::kNotify); }));
+  ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(*t[0], 1, 2), verbs::emu::AsyncEvent::kNo).ok());
+  EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[0], 1); }))
+      << "rank 0's QP to rank 1 is in ERROR (its receives flushed): rank 1 must be lost";
+}
+
+// Defect 3: the async event of a fatal QP error is read (and is the first cause named).
+TEST(VerbsEmulated, AFatalQueuePairEventLosesThePeer) {
+  const Config config = emulated();
+  World w = world_with_a_write(3, config, 0, 2);
+  ASSERT_TRUE(w.ok);
+  auto& t = w.t;
+  auto& seen = w.seen;
+  ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(*t[0], 2, 3), verbs::emu::AsyncEvent::kYes).ok());
+  EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[0], 2); }));
+  EXPECT_FALSE(lost(seen[0], 1)) << "only the QP to rank 2 failed";
+}
+
+// Defect 3: a negative ibv_poll_cq (the CQ in error: completions were lost) was taken for "no
+// completions", and every peer stalled; now every peer is lost at once.
+TEST(VerbsEmulated, ACompletionQueueInErrorLosesEveryPeer) {
+  const Config config = emulated();
+  auto t = connected_world(3, config);
+  ASSERT_EQ(t.size(), 3u);
+  std::vector<std::vector<TransportCompletion>> seen(3);
+  ASSERT_TRUE(
+      verbs::emu::inject_cq_error(qp_of(*t[1], 0, 3).lid, verbs::emu::AsyncEvent::kNo).ok());
+  EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[1], 0) && lost(seen[1], 2); }));
+}
+
+// Packets lost fewer times than retry_cnt are retried and delivered; more lose the peer.
+TEST(VerbsEmulated, LostPacketsAreRetriedAndTooManyLoseThePeer) {
+  Config config = emulated();
+  config.ib_timeout = 10;  // 4 ms per try
+  config.ib_retry_cnt = 3;
+  World w = world_with_a_write(2, config, 0, 1);
+  ASSERT_TRUE(w.ok);
+  auto& t = w.t;
+  auto& seen = w.seen;
+  Route& r = w.r;
+  ASSERT_TRUE(
+      drive(t, seen, [&] { return count(seen[0], TransportCompletion::Kind::kWriteDone); }));
+  ASSERT_TRUE(verbs::emu::inject_drop(qp_of(*t[0], 1, 2), 3).ok());
+  std::memcpy(r.src->data(), "retried!", 8);
+  ASSERT_TRUE(t[0]->write(*r.src, 0, *r.remote, 0, 8, 2, 2).ok());
+  ASSERT_TRUE(
+      drive(t, seen, [&] { return count(seen[1], TransportCompletion::Kind::kNotify) == 2; }));
+  EXPECT_EQ(std::memcmp(r.dst->data(), "retried!", 8), 0);
+  EXPECT_FALSE(lost(seen[0], 1));
+  ASSERT_TRUE(verbs::emu::inject_drop(qp_of(*t[0], 1, 2), 4).ok());  // retry_cnt + 1 tries lost
+  ASSERT_TRUE(t[0]->write(*r.src, 0, *r.remote, 0, 8, 3, 3).ok());
+  EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[0], 1); }));
+  EXPECT_EQ(count(seen[1], TransportCompletion::Kind::kNotify), 2u);
+}
+
+// A credit update posted unsignaled and lost (retry_cnt + 1 tries) still fails the peer: errors
+// complete even unsignaled.
+TEST(VerbsEmulated, ALostUnsignaledCreditUpdateLosesThePeer) {
+  Config config = emulated();
+  config.ib_timeout = 10;  // 4 ms per try
+  config.ib_retry_cnt = 3;
+  World w = world_with_a_write(2, config, 0, 1);
+  ASSERT_TRUE(w.ok);
+  auto& t = w.t;
+  auto& seen = w.seen;
+  ASSERT_TRUE(verbs::emu::inject_drop(qp_of(*t[1], 0, 2), 4).ok());
+  // 16 receives make rank 1 return credits (its first send on this QP: unsignaled).
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(post(t, seen, [&] { return t[0]->notify(1, 100 + i); }).ok());
+  }
+  EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[1], 0); }))
+      << "the error completion of an unsignaled credit update was not acted on";
+}
+
+// A port that goes down and comes back within the retry window loses nothing (the async event
+// is logged, not taken for a failure); one that stays down loses the peers it writes to.
+TEST(VerbsEmulated, APortThatFlapsLosesNothingAndOneThatStaysDownLosesThePeer) {
+  Config config = emulated();
+  config.ib_timeout = 16;  // 268 ms per try: a window of seconds, far beyond the flap
+  World w = world_with_a_write(2, config, 0, 1);
+  ASSERT_TRUE(w.ok);
+  auto& t = w.t;
+  auto& seen = w.seen;
+  Route& r = w.r;
+  const uint32_t lid = qp_of(*t[0], 1, 2).lid;
+  ASSERT_TRUE(verbs::emu::set_port_state(lid, verbs::emu::PortState::kDown).ok());
+  ASSERT_TRUE(t[0]->write(*r.src, 0, *r.remote, 0, 8, 2, 2).ok());
+  for (int i = 0; i < 50; ++i) {  // the async event is read meanwhile
+    TransportCompletion buf[16];
+    const size_t n = t[0]->poll(buf);
+    seen[0].insert(seen[0].end(), buf, buf + n);
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(verbs::emu::set_port_state(lid, verbs::emu::PortState::kActive).ok());
+  ASSERT_TRUE(
+      drive(t, seen, [&] { return count(seen[1], TransportCompletion::Kind::kNotify) == 2; }));
+  EXPECT_FALSE(lost(seen[0], 1));
+
+  config.ib_timeout = 8;  // 1 ms per try
+  config.ib_retry_cnt = 1;
+  World w2 = world_with_a_write(2, config, 0, 1);
+  ASSERT_TRUE(w2.ok);
+  auto& t2 = w2.t;
+  auto& seen2 = w2.seen;
+  Route& r2 = w2.r;
+  ASSERT_TRUE(
+      drive(t2, seen2, [&] { return count(seen2[1], TransportCompletion::Kind::kNotify); }));
+  ASSERT_TRUE(
+      verbs::emu::set_port_state(qp_of(*t2[0], 1, 2).lid, verbs::emu::PortState::kDown).ok());
+  ASSERT_TRUE(t2[0]->write(*r2.src, 0, *r2.remote, 0, 8, 2, 2).ok());
+  EXPECT_TRUE(drive(t2, seen2, [&] { return lost(seen2[0], 1); }));
+}
+
+}  // namespace
+}  // namespace eagercomm::test::verbs_emulated_test
+
+#endif  // EAGERCOMM_HAVE_VERBS
