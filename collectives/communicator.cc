@@ -131,6 +131,7 @@ bool Request::ready() const { return op_ && op_->done(); }
 
 Status Request::test() {
   if (!op_) return Status(StatusCode::kInvalidArgument, "test() on an empty Request");
+  log_set_thread_rank(core_->rank());  // it may drive the engine, as wait() does
   if (!op_->done()) core_->engine().try_progress();
   return op_->done() ? op_->status() : in_progress();
 }
@@ -155,6 +156,7 @@ Status Request::wait() {
 Status Request::abandon(std::chrono::nanoseconds waited) {
   if (!op_) return Status(StatusCode::kInvalidArgument, "abandon() on an empty Request");
   if (op_->done()) return op_->status();
+  log_set_thread_rank(core_->rank());
   return core_->abandon(*op_, waited);
 }
 

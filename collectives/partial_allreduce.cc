@@ -288,10 +288,8 @@ Result<std::unique_ptr<detail::SmallBoxes>> make_round_boxes(detail::CommCore& c
   if (made.ok()) {
     boxes = std::move(made).value();
   } else {
-    EC_WARN(kPartial,
-            "rank %d: partial allreduce: no boxes for its rounds (%s); they run as "
-            "messages",
-            rank, made.status().to_string().c_str());
+    EC_WARN(kPartial, "partial allreduce: no boxes for its rounds (%s); they run as messages",
+            made.status().to_string().c_str());
   }
   std::vector<uint64_t> mine(kBoxRecordWords, 0);
   if (boxes && boxes->key().size() <= kMaxBoxKey) {
@@ -310,8 +308,8 @@ Result<std::unique_ptr<detail::SmallBoxes>> make_round_boxes(detail::CommCore& c
     const uint64_t* record = &all[static_cast<size_t>(peer) * kBoxRecordWords];
     std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(record + 1), record[0]);
     if (Status st = core.connect_round_boxes(*boxes, peer, key); !st.ok()) {
-      EC_WARN(kPartial, "rank %d: partial allreduce: rank %d's boxes: %s; rounds run as messages",
-              rank, peer, st.to_string().c_str());
+      EC_WARN(kPartial, "partial allreduce: rank %d's boxes: %s; rounds run as messages", peer,
+              st.to_string().c_str());
       mapped = 0;
     }
   }
@@ -382,9 +380,8 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   // Rounds need every rank's engine while its application computes.
   if (core->config().progress_thread == ProgressThreadMode::kAuto) core->engine().start_thread();
   EC_INFO(kPartial,
-          "rank %d: partial allreduce %u: %zu x %s, mode %s, %s, sync_every %u, "
-          "result_depth %u, rounds %s",
-          rank, stream, count, std::string(dtype_name(type)).c_str(), mode.name().c_str(),
+          "partial allreduce %u: %zu x %s, mode %s, %s, sync_every %u, result_depth %u, rounds %s",
+          stream, count, std::string(dtype_name(type)).c_str(), mode.name().c_str(),
           options.late == LatePolicy::kCarry ? "carry" : "drop", options.sync_every,
           options.result_depth, shared->round_boxes ? "through boxes" : "as messages");
   return pa;
@@ -508,6 +505,7 @@ Result<std::optional<RoundResult>> PartialAllreduce::poll() {
   if (s.closed.load(std::memory_order_acquire)) {
     return Status(StatusCode::kAborted, "partial allreduce: poll() after destroy()");
   }
+  log_set_thread_rank(s.rank);  // it may drive the engine, as wait() does
   detail::RoundRecord record;
   bool got = s.results.try_pop(record);
   if (!got && !core_->engine().has_thread()) {
@@ -667,6 +665,7 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
 
 void PartialAllreduce::destroy() {
   if (!shared_ || shared_->closed.exchange(true, std::memory_order_acq_rel)) return;
+  ScopedLogRank scoped(shared_->rank);  // a destructor runs on any thread (CommCore::destroy)
   detail::PartialStream* stream = stream_.get();
   // A rank that leaves after a timeout tells the peers what it was waiting for: their errors
   // then name the rank that held everybody up, not only this messenger.

@@ -70,9 +70,25 @@ inline bool log_enabled(LogLevel level, LogSubsys subsys) {
 // Returns an error when the subsystem list names an unknown subsystem or the file can't open.
 Status log_configure(const RuntimeConfig& config);
 
-// The rank printed in this thread's lines (-1: unknown).
+// The rank printed in this thread's lines (-1: unknown). Messages do not repeat it: a thread
+// that works for a rank sets it where it starts (or enters the library), and lines name only
+// the peers they speak of.
 void log_set_thread_rank(int rank);
 int log_thread_rank();
+
+// Sets this thread's rank for a scope, then restores the one it had: for work done for one
+// rank on a thread that may serve others or none (a communicator destroyed by the thread that
+// created a whole world, a transport created for each rank in turn).
+class ScopedLogRank {
+ public:
+  explicit ScopedLogRank(int rank) : previous_(log_thread_rank()) { log_set_thread_rank(rank); }
+  ~ScopedLogRank() { log_set_thread_rank(previous_); }
+  ScopedLogRank(const ScopedLogRank&) = delete;
+  ScopedLogRank& operator=(const ScopedLogRank&) = delete;
+
+ private:
+  int previous_;
+};
 
 // Expands %h and %p in a log file pattern.
 std::string log_expand_path(const std::string& pattern);

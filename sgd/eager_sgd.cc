@@ -137,10 +137,10 @@ Result<std::unique_ptr<EagerSgd>> EagerSgd::create(Communicator& comm, float* pa
     }
   }
   EC_INFO(kSgd,
-          "rank %d: eager SGD over %zu parameters, mode %s, lr %s, momentum %g, "
+          "eager SGD over %zu parameters, mode %s, lr %s, momentum %g, "
           "weight decay %g, staleness rule %s",
-          comm.rank(), count, options.mode.name().c_str(), options.lr.describe().c_str(),
-          options.momentum, options.weight_decay, staleness_rule_name(options.staleness).c_str());
+          count, options.mode.name().c_str(), options.lr.describe().c_str(), options.momentum,
+          options.weight_decay, staleness_rule_name(options.staleness).c_str());
   return std::unique_ptr<EagerSgd>(
       new EagerSgd(options, params, grads, count, comm.rank(), comm.size(), std::move(pa).value()));
 }
@@ -255,7 +255,7 @@ Status EagerSgd::finish() {
   last_return_ = Clock::now();
   returned_once_ = true;
   if (!flushed.ok()) return flushed.status();
-  EC_DEBUG(kSgd, "rank %d: eager SGD flushed at round %llu, %llu rounds applied", rank_,
+  EC_DEBUG(kSgd, "eager SGD flushed at round %llu, %llu rounds applied",
            static_cast<unsigned long long>(flushed.value()),
            static_cast<unsigned long long>(stats_.rounds_applied));
   return Status::Ok();

@@ -139,7 +139,10 @@ Result<std::unique_ptr<Transport>> create_transport(std::string_view name,
                          "transport '%s' is not available in this build (compiled in: %s)", b.name,
                          compiled_names().c_str());
     }
-    EC_DEBUG(kNet, "rank %d: creating transport %s", params.rank, b.name);
+    // Transports are created for each rank in turn by some callers (tests, in-process worlds
+    // built on one thread): the creation's lines, and the threads it starts, carry its rank.
+    ScopedLogRank scoped(params.rank);
+    EC_DEBUG(kNet, "creating transport %s for %d ranks", b.name, params.size);
     return b.create(params);
   }
   return make_status(StatusCode::kInternal, "transport '%s' resolved but not found",

@@ -62,16 +62,16 @@ Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::stri
   const int cpus = usable_cpus();
   eopts.oversubscribed = local > cpus;
   if (eopts.oversubscribed) {
-    EC_INFO(kInit, "rank %d: %d ranks on this host, %d CPUs: idle waits yield the core at once",
-            rank, local, cpus);
+    EC_INFO(kInit, "%d ranks on this host, %d CPUs: idle waits yield the core at once", local,
+            cpus);
   }
   core->engine_ = std::make_unique<Engine>(*core, eopts);
   if (config.progress_thread == ProgressThreadMode::kOn) core->engine_->start_thread();
   core->watchdog_.start(*core->engine_, *core->mailbox_, caps.ranks_in_one_process);
   EC_INFO(kInit,
-          "communicator rank %d of %d ready on transport %s (%s stores, %u slots of %zu "
+          "communicator of %d ranks ready on transport %s (%s stores, %u slots of %zu "
           "bytes per peer)",
-          rank, size, core->transport_name_.c_str(), core->mailbox_->direct() ? "direct" : "staged",
+          size, core->transport_name_.c_str(), core->mailbox_->direct() ? "direct" : "staged",
           config.slots, config.slot_bytes);
   return core;
 }
@@ -166,8 +166,7 @@ Status CommCore::abandon(Op& op, std::chrono::nanoseconds waited) {
   // still waiting for an earlier operation (a gap in the sequence) keeps its place, as before.
   if (!engine_->wait([&op] { return op.done(); },
                      Engine::Clock::now() + std::chrono::seconds(10))) {
-    EC_WARN(kColl, "rank %d: %s is still in flight after it timed out", rank_,
-            describe(op.sig()).c_str());
+    EC_WARN(kColl, "%s is still in flight after it timed out", describe(op.sig()).c_str());
   }
   return why;
 }

@@ -19,9 +19,9 @@ void CommCore::fail(Op* op, const Status& status, TellPeers tell, int stopped_pe
     if (gone_.gone(g) || g == stopped_peer) std::erase(users, g);
   }
   if (tell_peers) {
-    EC_WARN(kColl, "rank %d: %s", rank_, status.message().c_str());
+    EC_WARN(kColl, "%s", status.message().c_str());
   } else {
-    EC_DEBUG(kColl, "rank %d: %s", rank_, status.message().c_str());
+    EC_DEBUG(kColl, "%s", status.message().c_str());
   }
   // An operation that shares buffers also tells peers that already left: a leaver waits, in
   // destroy(), for everyone to confirm they stopped touching its buffers.
@@ -89,8 +89,7 @@ void CommCore::release_lender(int peer, std::optional<OpKey> key) {
 
 void CommCore::on_peer_exit(int peer, uint32_t low_seq) {
   const uint64_t from = widen_seq(low_seq);
-  EC_INFO(kColl, "rank %d: rank %d left; collectives from %s on fail", rank_, peer,
-          seq_text(from).c_str());
+  EC_INFO(kColl, "rank %d left; collectives from %s on fail", peer, seq_text(from).c_str());
   // The leaver stopped touching this rank's buffers before it said goodbye (same thread, and
   // the notice follows its last write in the per-pair order): mark_gone releases them.
   // A leaver often leaves because of an error of its own, one this rank was about to report
@@ -113,8 +112,7 @@ void CommCore::on_control(int peer, uint32_t control) {
     case ControlKind::kEvicted:
       // This process was stopped (or starved) for longer than the peers' timeout: they have
       // given up on it, so nothing it starts can finish.
-      EC_ERROR(kColl, "rank %d: rank %d declared this rank hung after hearing nothing for %u s",
-               rank_, peer, arg);
+      EC_ERROR(kColl, "rank %d declared this rank hung after hearing nothing for %u s", peer, arg);
       mark_gone(peer, 0,
                 make_status(StatusCode::kPeerFailed,
                             "rank %d declared rank %d hung after hearing nothing from it for %u s "
@@ -122,7 +120,7 @@ void CommCore::on_control(int peer, uint32_t control) {
                             peer, rank_, arg));
       break;
     default:
-      EC_DEBUG(kColl, "rank %d: unknown control 0x%x from rank %d", rank_, control, peer);
+      EC_DEBUG(kColl, "unknown control 0x%x from rank %d", control, peer);
       break;
   }
 }
@@ -141,6 +139,9 @@ void CommCore::abort(const std::string& reason) {
 
 void CommCore::destroy() {
   if (!engine_) return;
+  // Destructors run on any thread (the one that built an in-process world destroys all of its
+  // ranks): the lines below are this rank's, whatever that thread's rank is.
+  ScopedLogRank scoped(rank_);
   if (destroy_started_.exchange(true, std::memory_order_acq_rel)) {
     // Another thread is destroying: return when it has finished, as its caller will.
     while (!engine_->closed()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -189,8 +190,7 @@ void CommCore::destroy() {
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       Status s = mailbox_->send_control(peer, control_word(ControlKind::kPeerExit, lowest));
-      if (!s.ok())
-        EC_DEBUG(kColl, "rank %d: exit notice to rank %d: %s", rank_, peer, s.to_string().c_str());
+      if (!s.ok()) EC_DEBUG(kColl, "exit notice to rank %d: %s", peer, s.to_string().c_str());
     }
     // Peers' queues may be full for a moment; give the notices a bounded chance to go out.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
@@ -200,7 +200,7 @@ void CommCore::destroy() {
     drain_lent_buffers();
     // Leaving: peers learn that nothing more comes from or goes to this rank.
     transport_->close();
-    EC_DEBUG(kInit, "rank %d: communicator destroyed", rank_);
+    EC_DEBUG(kInit, "communicator destroyed");
   });
 }
 
@@ -214,8 +214,8 @@ void CommCore::drain_lent_buffers() {
           : std::chrono::seconds(10);
   const auto deadline = std::chrono::steady_clock::now() + limit;
   if (!draining_.empty()) {
-    EC_DEBUG(kColl, "rank %d: waiting for peers to stop using the buffers of %zu collectives",
-             rank_, draining_.size());
+    EC_DEBUG(kColl, "waiting for peers to stop using the buffers of %zu collectives",
+             draining_.size());
   }
   TransportCompletion buf[64];
   while (!draining_.empty() && std::chrono::steady_clock::now() < deadline) {
@@ -228,9 +228,9 @@ void CommCore::drain_lent_buffers() {
   }
   if (!draining_.empty()) {
     EC_WARN(kColl,
-            "rank %d: destroyed with %zu collectives whose peers did not confirm they "
+            "destroyed with %zu collectives whose peers did not confirm they "
             "stopped using this rank's buffers",
-            rank_, draining_.size());
+            draining_.size());
     draining_.abandon_all([this](Op* op, const Status& status) { complete_op(op, status); });
   }
 }

@@ -322,8 +322,8 @@ void CommCore::dispatch(InMessage* m) {
       }
     } else {
       ++stats_.stale_messages;
-      EC_DEBUG(kColl, "rank %d: dropped a message of rank %d for finished operation %s", rank_,
-               m->peer, seq_text(seq).c_str());
+      EC_DEBUG(kColl, "dropped a message of rank %d for finished operation %s", m->peer,
+               seq_text(seq).c_str());
       mailbox_->release(m);
     }
     return;

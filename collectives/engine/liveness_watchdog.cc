@@ -106,7 +106,7 @@ void LivenessWatchdog::duty(uint64_t begun) {
           "rank %d is not responding: nothing heard from it for %s (EAGERCOMM_TIMEOUT %s); it is "
           "stopped, hung or unreachable",
           peer, seconds_text(silent).c_str(), format_duration(config_.timeout).c_str());
-      EC_ERROR(kColl, "rank %d: %s", rank_, why.message().c_str());
+      EC_ERROR(kColl, "%s", why.message().c_str());
       on_hung_(peer, why);
       const auto secs = std::min<int64_t>(
           std::chrono::duration_cast<std::chrono::seconds>(silent).count(), 0xffffff);
@@ -117,7 +117,7 @@ void LivenessWatchdog::duty(uint64_t begun) {
     if (mailbox_->has_deferred(peer)) continue;
     Status s = mailbox_->send_control(peer, beat);
     if (!s.ok()) {
-      EC_DEBUG(kColl, "rank %d: heartbeat to rank %d: %s", rank_, peer, s.to_string().c_str());
+      EC_DEBUG(kColl, "heartbeat to rank %d: %s", peer, s.to_string().c_str());
     }
   }
 }

@@ -27,11 +27,9 @@ int NoticeQueue::send(Mailbox& mailbox, const Transport& transport) {
     Status s = mailbox.send(slot, n);
     if (!s.ok() && transport.peer_left(it->peer)) {
       // A peer that left needs no notice (a normal shutdown, ranks leaving in any order).
-      EC_DEBUG(kColl, "rank %d: no notice to rank %d, which left: %s", rank_, it->peer,
-               s.to_string().c_str());
+      EC_DEBUG(kColl, "no notice to rank %d, which left: %s", it->peer, s.to_string().c_str());
     } else if (!s.ok()) {
-      EC_WARN(kColl, "rank %d: could not send a notice to rank %d: %s", rank_, it->peer,
-              s.to_string().c_str());
+      EC_WARN(kColl, "could not send a notice to rank %d: %s", it->peer, s.to_string().c_str());
     }
     it = queued_.erase(it);
     ++sent;

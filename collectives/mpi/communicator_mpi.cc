@@ -83,7 +83,7 @@ Result<std::unique_ptr<Communicator>> communicator_from_mpi(MPI_Comm mpi_comm,
                        "store (%s)",
                        std::string(status_code_name(static_cast<StatusCode>(rv.status))).c_str());
   }
-  EC_INFO(kBoot, "rank %d of %d (MPI): bootstrap store %s:%u, job %s", rank, size, rv.host, rv.port,
+  EC_INFO(kBoot, "MPI job of %d ranks: bootstrap store %s:%u, job %s", size, rv.host, rv.port,
           rv.job);
   EC_ASSIGN_OR_RETURN(
       std::unique_ptr<TcpStore> store,

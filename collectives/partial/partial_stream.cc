@@ -299,7 +299,7 @@ bool PartialStream::activate_next(bool activating) {
   const uint64_t old = shared_->open.exchange(PartialShared::pack(round + 1, fresh_buffer),
                                               std::memory_order_seq_cst);
   if (PartialShared::open_round(old) != round) {
-    EC_ERROR(kPartial, "rank %d: partial allreduce: open round %llu, expected %llu", r_,
+    EC_ERROR(kPartial, "partial allreduce: open round %llu, expected %llu",
              static_cast<unsigned long long>(PartialShared::open_round(old)),
              static_cast<unsigned long long>(round));
   }
@@ -315,7 +315,8 @@ bool PartialStream::activate_next(bool activating) {
     it = flush_rounds_.erase(it);
   }
   flood(round);
-  EC_TRACE(kPartial, "rank %d: round %llu active", r_, static_cast<unsigned long long>(round));
+  EC_TRACE(kPartial, "partial allreduce: round %llu active",
+           static_cast<unsigned long long>(round));
   return true;
 }
 
@@ -398,9 +399,8 @@ int PartialStream::deliver() {
       regime_->observe(delivered_, metas_);
       if ((delivered_ + 1) % regime_->window() == 0) {
         EC_DEBUG(kPartial,
-                 "rank %d: adaptive: solo rounds predicted %.2fx per epoch: rounds from %llu "
-                 "run %s",
-                 r_, regime_->predicted_speedup(),
+                 "adaptive: solo rounds predicted %.2fx per epoch: rounds from %llu run %s",
+                 regime_->predicted_speedup(),
                  static_cast<unsigned long long>((delivered_ / regime_->window() + 2) *
                                                  regime_->window()),
                  regime_->solo((delivered_ / regime_->window() + 2) * regime_->window())
@@ -411,7 +411,7 @@ int PartialStream::deliver() {
     rounds_.erase(it);
     // The queue holds every buffer the object has, so it is never full.
     if (!shared_->results.try_push(std::move(record))) {
-      EC_ERROR(kPartial, "rank %d: partial allreduce result queue overflow", r_);
+      EC_ERROR(kPartial, "partial allreduce result queue overflow");
     }
     ++delivered_;
     shared_->delivered.store(delivered_, std::memory_order_release);
@@ -433,7 +433,7 @@ void PartialStream::break_from(uint64_t round, const Status& why, uint64_t spare
   if (round >= broken_from_) return;
   broken_from_ = round;
   broken_why_ = why;
-  EC_DEBUG(kPartial, "rank %d: partial allreduce fails from round %llu: %s", r_,
+  EC_DEBUG(kPartial, "partial allreduce fails from round %llu: %s",
            static_cast<unsigned long long>(round), why.to_string().c_str());
   for (auto& [index, r] : rounds_) {
     if (index < round) continue;

@@ -378,6 +378,33 @@ TEST(LogRank, IsPerThread) {
   log_set_thread_rank(-1);
 }
 
+// A thread that acts for one rank for a while (destroying a communicator it did not create)
+// prints that rank meanwhile and its own again after, nested scopes included.
+TEST_F(LogTest, ScopedRankRestoresTheThreadsRank) {
+  const std::string path = configure({});
+  log_set_thread_rank(1);
+  {
+    ScopedLogRank outer(7);
+    EC_WARN(kColl, "outer");
+    {
+      ScopedLogRank inner(-1);
+      EC_WARN(kColl, "none");
+    }
+    EXPECT_EQ(log_thread_rank(), 7);
+  }
+  EXPECT_EQ(log_thread_rank(), 1);
+  EC_WARN(kColl, "own");
+  const std::vector<std::string> lines = split_lines(read_file(path));
+  ASSERT_EQ(lines.size(), 3u);
+  const char* expected[][2] = {{"7", "outer"}, {"-", "none"}, {"1", "own"}};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    LogLine parsed;
+    ASSERT_TRUE(parse_line(lines[i], parsed)) << lines[i];
+    EXPECT_EQ(parsed.rank, expected[i][0]) << lines[i];
+    EXPECT_EQ(parsed.message, expected[i][1]) << lines[i];
+  }
+}
+
 // Checks that every line of `text` is one whole line written by the writer threads below, with
 // the writer's rank, and that each writer's lines appear in the order it wrote them; counts them.
 void check_writer_lines(const std::string& text, std::vector<int>& next_index) {

@@ -1,29 +1,36 @@
 // verbs_emulated_test (tests/transport/verbs_emulated_test.cc), faults: stale rkeys, queue
 // pairs and completion queues in error, lost packets and credit updates lose the peer; a
-// peer's disconnect after its last notifications and a port that flaps lose nothing.
+// peer's disconnect after its last notifications and a port that flaps lose nothing; the device
+// thread's log lines carry the rank that opened it.
 #include <gtest/gtest.h>
 
 #include "runtime/build_config.h"
 
 #if EAGERCOMM_HAVE_VERBS
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "runtime/log.h"
 #include "tests/transport/verbs_emulated_test.h"
 
 namespace eagercomm::test::verbs_emulated_test {
 namespace {
 
-TEST(VerbsEmulated, AStaleRkeyIsAnAccessErrorThatLosesThePeer) {
-  const Config config = emulated();
-  auto t = connected_world(2, config);
+// Rank 0 of a connected pair writes to a region rank 1 deregistered: what only the device can
+// catch (the transport checks bounds itself), a stale rkey. Returns once rank 0 lost rank 1.
+void write_with_a_stale_rkey(std::vector<std::unique_ptr<Transport>>& t,
+                             std::vector<std::vector<TransportCompletion>>& seen) {
   ASSERT_EQ(t.size(), 2u);
   auto dst = t[1]->allocate(4096, MemoryKind::kHost);
   auto src = t[0]->allocate(8192, MemoryKind::kHost);
   ASSERT_TRUE(dst.ok() && src.ok());
   auto remote = t[0]->import_region(1, dst.value()->remote_key());
   ASSERT_TRUE(remote.ok());
-  // The transport checks bounds itself; a region deregistered behind its back is what only the
-  // device can catch: the rkey is stale.
-  std::vector<std::vector<TransportCompletion>> seen(2);
+  seen.assign(2, {});
   dst.value().reset();  // deregistered at rank 1
   Status s(StatusCode::kBusy, "");
   const auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -39,7 +46,56 @@ TEST(VerbsEmulated, AStaleRkeyIsAnAccessErrorThatLosesThePeer) {
   ASSERT_TRUE(drive(t, seen, [&] {
     return count(seen[0], TransportCompletion::Kind::kPeerError) > 0;
   })) << "a write with a stale rkey must fail the peer";
+}
+
+TEST(VerbsEmulated, AStaleRkeyIsAnAccessErrorThatLosesThePeer) {
+  const Config config = emulated();
+  auto t = connected_world(2, config);
+  std::vector<std::vector<TransportCompletion>> seen;
+  ASSERT_NO_FATAL_FAILURE(write_with_a_stale_rkey(t, seen));
   EXPECT_EQ(count(seen[1], TransportCompletion::Kind::kNotify), 0u);
+}
+
+// The device thread works for the rank whose transport opened it: its lines carry that rank in
+// the prefix (the messages no longer repeat it), though here one thread without a rank of its
+// own creates and drives both ranks.
+TEST(VerbsEmulated, TheDeviceThreadsLinesCarryItsRank) {
+  char dir[] = "/tmp/verbs_emulated_log_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/log";
+  Config log_config;
+  log_config.log_level = LogLevel::kDebug;
+  log_config.log_file = path;
+  ASSERT_TRUE(log_configure(log_config).ok());
+  log_set_thread_rank(-1);
+  {
+    const Config config = emulated();
+    auto t = connected_world(2, config);
+    std::vector<std::vector<TransportCompletion>> seen;
+    write_with_a_stale_rkey(t, seen);
+  }
+  ASSERT_TRUE(log_configure(Config{}).ok());
+  std::ifstream in(path);
+  const std::string self = ":" + std::to_string(syscall(SYS_gettid)) + " ";
+  int requester_lines = 0;  // rank 0's device failing the write
+  int lost_lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    // "<host>:<pid>:<tid> [<rank>] <LEVEL> <subsys>: <message>"
+    if (line.find(" DEBUG net: emulated verbs: QP ") != std::string::npos) {
+      requester_lines += line.find(" [0] DEBUG net: ") != std::string::npos;
+      EXPECT_TRUE(line.find(" [0] ") != std::string::npos ||
+                  line.find(" [1] ") != std::string::npos)
+          << "a device line without its rank: " << line;
+      EXPECT_EQ(line.find(self), std::string::npos) << "not the device's thread: " << line;
+    }
+    if (line.find("ERROR net: verbs: lost rank 1: ") != std::string::npos) {
+      ++lost_lines;  // found by rank 0's poll() on this thread, which has no rank: "-"
+      EXPECT_NE(line.find(" [-] ERROR net: verbs: lost rank 1: "), std::string::npos) << line;
+    }
+  }
+  EXPECT_GE(requester_lines, 1) << "rank 0's device logged no failed request";
+  EXPECT_EQ(lost_lines, 1);
+  std::filesystem::remove_all(dir);
 }
 
 // Defect 5, cm half: a peer that sends and then closes disconnects; its RDMA_CM_EVENT_DISCONNECTED

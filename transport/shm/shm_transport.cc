@@ -223,7 +223,7 @@ class ShmTransport final : public Transport {
     out.segment = std::move(segment);
     out.address.assign(address.begin(), address.end());
     out.connected = true;
-    EC_DEBUG(kNet, "shm: rank %d connected to rank %d (%s)", rank(), peer, key.name.c_str());
+    EC_DEBUG(kNet, "shm: connected to rank %d (%s)", peer, key.name.c_str());
     return Status::Ok();
   }
 
@@ -291,9 +291,9 @@ class ShmTransport final : public Transport {
       n += d.count;
       if (d.corrupt) {
         EC_ERROR(kNet,
-                 "shm: rank %d's notification ring in rank %d's control segment %s holds "
+                 "shm: rank %d's notification ring in this rank's control segment %s holds "
                  "impossible entries; ignoring that rank from now on",
-                 sender, rank(), control_->name().c_str());
+                 sender, control_->name().c_str());
         in.failed.store(true, std::memory_order_release);
         // A corrupt ring is only found with room in `out` (drain()), so there is room for this.
         out[n++] = TransportCompletion{TransportCompletion::Kind::kPeerError, sender, 0, 0};
@@ -488,11 +488,10 @@ class ShmTransport final : public Transport {
       // Nothing left in /dev/shm, launcher or not: the dead rank's segments, then its beacon.
       const int segments = shm_remove_dead_owner_segments(beacon_name(o.segment->name()));
       o.live.reap();
-      EC_DEBUG(kMem, "shm: rank %d: removed rank %d's beacon and %d segments", rank(), peer,
-               segments);
+      EC_DEBUG(kMem, "shm: removed rank %d's beacon and %d segments", peer, segments);
       o.failed = make_status(StatusCode::kPeerFailed,
                              "shm: rank %d's process is gone (killed or crashed)", peer);
-      EC_ERROR(kNet, "shm: rank %d: rank %d's process is gone (killed or crashed)", rank(), peer);
+      EC_ERROR(kNet, "shm: rank %d's process is gone (killed or crashed)", peer);
       out[n++] = TransportCompletion{TransportCompletion::Kind::kPeerError, peer, 0, 0};
     }
     return n;
@@ -567,8 +566,8 @@ Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportParams& p
   std::construct_at(&block->woken, 0u);
   std::construct_at(&block->closed, 0u);
   notify_ring::init_rings(control->payload(), kControlBlockBytes, params.size, capacity);
-  EC_INFO(kNet, "shm: rank %d of %d: control segment %s, %u-entry rings", params.rank, params.size,
-          name.c_str(), capacity);
+  EC_INFO(kNet, "shm: control segment %s, %u-entry rings for %d ranks", name.c_str(), capacity,
+          params.size);
   auto transport = std::unique_ptr<ShmTransport>(
       new ShmTransport(params, std::move(job), std::move(control), std::move(names), capacity));
   transport->beacon_ = std::move(beacon);

@@ -64,7 +64,7 @@ void UcxTransport::close() {
     }
     ucs_status_ptr_t r = ucp_ep_close_nbx(p.ep, &param);
     if (UCS_PTR_IS_ERR(r)) {
-      EC_DEBUG(kNet, "ucx: rank %d: closing the endpoint to rank %d: %s", rank(), p.rank,
+      EC_DEBUG(kNet, "ucx: closing the endpoint to rank %d: %s", p.rank,
                ucs_status_string(UCS_PTR_STATUS(r)));
     } else if (r != nullptr) {
       closing.push_back(r);
@@ -85,9 +85,9 @@ void UcxTransport::close() {
   }
   if (silent > 0 || !closing.empty() || free_ops_.size() != op_count_) {
     EC_WARN(kNet,
-            "ucx: rank %d: closing took longer than %lld ms (%zu peers did not answer, %zu "
+            "ucx: closing took longer than %lld ms (%zu peers did not answer, %zu "
             "endpoints and %zu operations unfinished); releasing them",
-            rank(), static_cast<long long>(options_.close_timeout.count()), silent, closing.size(),
+            static_cast<long long>(options_.close_timeout.count()), silent, closing.size(),
             op_count_ - free_ops_.size());
   }
   // No callback may run into this object any more.

@@ -69,15 +69,13 @@ Status UcxTransport::connect(int peer, std::span<const uint8_t> address) {
       p.live = std::move(live.value());
       watching_.store(true, std::memory_order_relaxed);
     } else {
-      EC_DEBUG(kNet, "ucx: rank %d: no liveness beacon of rank %d: %s", rank(), peer,
+      EC_DEBUG(kNet, "ucx: no liveness beacon of rank %d: %s", peer,
                live.status().message().c_str());
     }
   }
   p.handles_failure = ep.err_mode == UCP_ERR_HANDLING_MODE_PEER;
-  EC_DEBUG(kNet,
-           "ucx: rank %d connecting to rank %d (%s host, peer failures %s, notifications "
-           "by %s)",
-           rank(), peer, same_host ? "same" : "another",
+  EC_DEBUG(kNet, "ucx: connecting to rank %d (%s host, peer failures %s, notifications by %s)",
+           peer, same_host ? "same" : "another",
            ep.err_mode == UCP_ERR_HANDLING_MODE_PEER ? "handled" : "not handled",
            p.ring.attached() ? "ring stores" : "active messages");
   return Status::Ok();
@@ -88,8 +86,8 @@ void UcxTransport::peer_failed(int peer, ucs_status_t status, const char* what) 
   if (p.failed) return;
   p.failed = true;
   p.failed_why = std::string("ucx: ") + what + " failed: " + ucs_status_string(status);
-  EC_ERROR(kNet, "ucx: rank %d: %s to rank %d failed: %s; the peer is treated as lost", rank(),
-           what, peer, ucs_status_string(status));
+  EC_ERROR(kNet, "ucx: %s to rank %d failed: %s; the peer is treated as lost", what, peer,
+           ucs_status_string(status));
   done_.push(TransportCompletion::Kind::kPeerError, peer, 0, 0);
 }
 
@@ -106,7 +104,7 @@ ucs_status_t UcxTransport::on_control(void* arg, const void* header, size_t head
   if (h.sender < 0 || h.sender >= self->size()) return UCS_OK;
   Peer& p = self->peers_[h.sender];
   if (h.tag == kBye) {
-    EC_DEBUG(kNet, "ucx: rank %d: rank %d closed its transport", self->rank(), h.sender);
+    EC_DEBUG(kNet, "ucx: rank %d closed its transport", h.sender);
     p.bye_received = true;
     if (!self->closing_) self->acks_due_.push_back(h.sender);
   } else if (h.tag == kByeAck) {
@@ -124,8 +122,7 @@ void UcxTransport::on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
   UcxTransport* self = p->owner;
   p->ep_failed = true;
   if (p->bye_received || self->closing_) {
-    EC_DEBUG(kNet, "ucx: rank %d: connection to rank %d ended: %s", self->rank(), p->rank,
-             ucs_status_string(status));
+    EC_DEBUG(kNet, "ucx: connection to rank %d ended: %s", p->rank, ucs_status_string(status));
     return;
   }
   self->peer_failed(p->rank, status, "the connection");

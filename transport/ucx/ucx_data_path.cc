@@ -82,16 +82,13 @@ ucs_status_t UcxTransport::on_note(void* arg, const void* header, size_t header_
   if (self == nullptr) return UCS_OK;  // after teardown
   NoteHeader h;
   if (header_length != sizeof(h) || length != 0) {
-    EC_ERROR(kNet,
-             "ucx: rank %d: dropped a malformed notification (%zu header bytes, %zu data "
-             "bytes)",
-             self->rank(), header_length, length);
+    EC_ERROR(kNet, "ucx: dropped a malformed notification (%zu header bytes, %zu data bytes)",
+             header_length, length);
     return UCS_OK;
   }
   std::memcpy(&h, header, sizeof(h));
   if (h.sender < 0 || h.sender >= self->size()) {
-    EC_ERROR(kNet, "ucx: rank %d: dropped a notification from unknown rank %d", self->rank(),
-             h.sender);
+    EC_ERROR(kNet, "ucx: dropped a notification from unknown rank %d", h.sender);
     return UCS_OK;
   }
   self->done_.push(TransportCompletion::Kind::kNotify, h.sender, h.tag, 0);
@@ -323,9 +320,8 @@ size_t UcxTransport::drain_rings(std::span<TransportCompletion> out) {
   if (failed >= 0) {  // at most one per call; a later call finds the next
     std::erase(ring_senders_, failed);
     EC_ERROR(kNet,
-             "ucx: rank %d: rank %d's notification ring holds impossible entries; ignoring it "
-             "from now on",
-             rank(), failed);
+             "ucx: rank %d's notification ring holds impossible entries; ignoring it from now on",
+             failed);
     if (!peers_[failed].failed) {
       peers_[failed].failed_why =
           "ucx: rank " + std::to_string(failed) + "'s notification ring holds impossible entries";
@@ -362,7 +358,7 @@ void UcxTransport::probe_peers() {
     p.live.reap();  // nothing left in /dev/shm, launcher or not
     p.failed = true;
     p.failed_why = "ucx: rank " + std::to_string(p.rank) + "'s process is gone (killed or crashed)";
-    EC_ERROR(kNet, "ucx: rank %d: rank %d's process is gone (killed or crashed)", rank(), p.rank);
+    EC_ERROR(kNet, "ucx: rank %d's process is gone (killed or crashed)", p.rank);
     done_.push(TransportCompletion::Kind::kPeerError, p.rank, 0, 0);
   }
 }

@@ -106,8 +106,8 @@ Result<std::unique_ptr<RemoteRegion>> UcxTransport::import_region(int peer,
       ucp_rkey_ptr(rkey, h.base, &mapped) != UCS_OK) {
     mapped = nullptr;
   }
-  EC_DEBUG(kNet, "ucx: rank %d imported %zu bytes of rank %d (%s)", rank(),
-           static_cast<size_t>(h.size), peer, mapped ? "mapped here" : "reached by puts");
+  EC_DEBUG(kNet, "ucx: imported %zu bytes of rank %d (%s)", static_cast<size_t>(h.size), peer,
+           mapped ? "mapped here" : "reached by puts");
   return std::unique_ptr<RemoteRegion>(
       std::make_unique<UcxRemote>(core_, peer, h.size, rkey, h.base, mapped));
 }

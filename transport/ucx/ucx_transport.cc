@@ -37,9 +37,9 @@ Status UcxTransport::init() {
   can_arm_ = attr.thread_mode == UCS_THREAD_MODE_MULTI;
   if (!can_arm_) {
     EC_WARN(kNet,
-            "ucx: rank %d: the worker is not thread-safe (UCX built without multi-thread "
+            "ucx: the worker is not thread-safe (UCX built without multi-thread "
             "support?): wait() naps %lld ms at a time instead of sleeping on the event fd",
-            rank(), static_cast<long long>(kUnarmedNap.count()));
+            static_cast<long long>(kUnarmedNap.count()));
   }
 
   ucp_am_handler_param_t hp{};
@@ -63,7 +63,7 @@ Status UcxTransport::init() {
   if (beacon.ok()) {
     beacon_ = std::move(beacon.value());
   } else {
-    EC_WARN(kNet, "ucx: rank %d: %s; peers on this host will not detect this rank's death", rank(),
+    EC_WARN(kNet, "ucx: %s; peers on this host will not detect this rank's death",
             beacon.status().message().c_str());
   }
 
@@ -108,8 +108,8 @@ Status UcxTransport::init() {
     }
     slot.fd = UniqueFd(fd);
   }
-  EC_INFO(kNet, "ucx: rank %d of %d: worker ready (address %zu bytes, %s, %zu requests max)",
-          rank(), size(), worker_bytes, tls_hint().c_str(), op_count_);
+  EC_INFO(kNet, "ucx: worker ready for %d ranks (address %zu bytes, %s, %zu requests max)", size(),
+          worker_bytes, tls_hint().c_str(), op_count_);
   return Status::Ok();
 }
 
@@ -165,8 +165,7 @@ Result<std::unique_ptr<Transport>> create_ucx_transport(const TransportParams& p
   ucp_config_release(ucx_config);
   if (s != UCS_OK) {
     core->context = nullptr;
-    EC_ERROR(kNet, "ucx: rank %d: ucp_init failed: %s (%s)", params.rank, ucs_status_string(s),
-             ucx::tls_hint().c_str());
+    EC_ERROR(kNet, "ucx: ucp_init failed: %s (%s)", ucs_status_string(s), ucx::tls_hint().c_str());
     return make_status(StatusCode::kUnavailable, "ucx: ucp_init failed: %s (%s)",
                        ucs_status_string(s), ucx::tls_hint().c_str());
   }

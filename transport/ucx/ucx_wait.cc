@@ -84,7 +84,7 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
     if (s == UCS_OK) {
       armed = true;
     } else {
-      EC_WARN(kNet, "ucx: rank %d: arming the worker failed: %s", rank(), ucs_status_string(s));
+      EC_WARN(kNet, "ucx: arming the worker failed: %s", ucs_status_string(s));
     }
     if (done_.any()) return done2();
   }
@@ -114,7 +114,7 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
     ts.tv_nsec = static_cast<long>((limit - secs).count());
   }
   if (::ppoll(fds, n, infinite ? nullptr : &ts, nullptr) < 0 && errno != EINTR) {
-    EC_WARN(kNet, "ucx: rank %d: ppoll in wait() failed: %m", rank());
+    EC_WARN(kNet, "ucx: ppoll in wait() failed: %m");
   }
   progress_due_.store(true, std::memory_order_relaxed);
   done2();

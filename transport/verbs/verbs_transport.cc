@@ -97,8 +97,8 @@ Status VerbsTransport::init(const TransportConfig& config) {
     a.cm_port = ntohs(api_->get_src_port(listen_id_));
   }
   address_ = encode_address(a);
-  EC_INFO(kNet, "verbs: rank %d on %s port %u (%s)%s; connects by %s", rank(),
-          endpoint_.device.c_str(), endpoint_.port, link_layer_name(endpoint_.link),
+  EC_INFO(kNet, "verbs: on %s port %u (%s)%s; connects by %s", endpoint_.device.c_str(),
+          endpoint_.port, link_layer_name(endpoint_.link),
           endpoint_.use_gid ? (" GID " + endpoint_.gid.to_string()).c_str() : "",
           offers_cm_ ? "rdma_cm where the peer offers it, else the store" : "the store");
   return Status::Ok();
@@ -297,7 +297,7 @@ Status VerbsTransport::connect(int peer, std::span<const uint8_t> address) {
   p.instance = p.address.instance;
   p.credit_addr = p.address.credit_addr;
   p.credit_rkey = p.address.credit_rkey;
-  EC_DEBUG(kNet, "verbs: rank %d connects to rank %d by %s", rank(), peer, connect_path_name(path));
+  EC_DEBUG(kNet, "verbs: connecting to rank %d by %s", peer, connect_path_name(path));
   drive(peer, ConnEvent::kStart);
   // The store path completes here; a failure is an error of this call.
   if (path == ConnectPath::kStore && p.conn->state() == ConnState::kFailed) {

@@ -62,7 +62,7 @@ Status VerbsTransport::setup_cm(const TransportConfig& config, const CmAddress& 
   }
   if (api_->listen(listen_id_, kCmBacklog) != 0) return give_up("rdma_listen: " + errno_text());
   offers_cm_ = true;
-  EC_INFO(kNet, "verbs: rank %d listens for rdma_cm on %s port %u", rank(), ip.to_string().c_str(),
+  EC_INFO(kNet, "verbs: listening for rdma_cm on %s port %u", ip.to_string().c_str(),
           ntohs(api_->get_src_port(listen_id_)));
   return Status::Ok();
 }
@@ -177,8 +177,7 @@ Status VerbsTransport::perform(int peer, ConnAction a, rdma_cm_id* request) {
       return Status::Ok();
     case A::kReportConnected:
       p.connected = true;
-      EC_DEBUG(kNet, "verbs: rank %d connected to rank %d (%s)", rank(), peer,
-               connect_path_name(p.conn->path()));
+      EC_DEBUG(kNet, "verbs: connected to rank %d (%s)", peer, connect_path_name(p.conn->path()));
       return Status::Ok();
     case A::kReportFailure:
       fail_peer(peer, "connection: " + p.conn->error());
@@ -211,7 +210,7 @@ void VerbsTransport::drive(int peer, ConnEvent e, const std::string& detail, rdm
 void VerbsTransport::on_connect_request(rdma_cm_id* id, std::span<const uint8_t> data) {
   const auto hello = decode_hello(data, rank(), size());
   if (!hello.ok()) {
-    EC_WARN(kNet, "verbs: rank %d refuses an rdma_cm request: %s", rank(),
+    EC_WARN(kNet, "verbs: refused an rdma_cm request: %s",
             std::string(hello.status().message()).c_str());
     api_->reject(id, nullptr, 0);
     api_->destroy_id(id);
@@ -223,8 +222,7 @@ void VerbsTransport::on_connect_request(rdma_cm_id* id, std::span<const uint8_t>
     p.conn = std::make_unique<Connection>(ConnectPath::kCm, cm_active(rank(), peer));
     p.hello_instance = hello.value().instance;
   } else if (started(peer) && hello.value().instance != p.address.instance) {
-    EC_WARN(kNet, "verbs: rank %d refuses an rdma_cm request from another instance of rank %d",
-            rank(), peer);
+    EC_WARN(kNet, "verbs: refused an rdma_cm request from another instance of rank %d", peer);
     api_->reject(id, nullptr, 0);
     api_->destroy_id(id);
     return;

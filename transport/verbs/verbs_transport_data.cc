@@ -272,7 +272,7 @@ void VerbsTransport::act_on_disconnects() {
       // whose beacon is gone did; no failure unless something is sent to it (as on the store
       // path, where a closed peer's QP simply stops answering).
       p.left = true;
-      EC_DEBUG(kNet, "verbs: rank %d: rank %d disconnected (%s)", rank(), peer, why.c_str());
+      EC_DEBUG(kNet, "verbs: rank %d disconnected (%s)", peer, why.c_str());
     } else {
       drive(peer, ConnEvent::kDisconnected, why);  // during set-up: a failure
     }

@@ -66,7 +66,7 @@ void VerbsTransport::fail_peer(int peer, const std::string& why) {
   if (p.failed) return;
   p.failed = true;
   p.failed_why = why;
-  EC_ERROR(kNet, "verbs: rank %d lost rank %d: %s", rank(), peer, why.c_str());
+  EC_ERROR(kNet, "verbs: lost rank %d: %s", peer, why.c_str());
   errors_.push(TransportCompletion::Kind::kPeerError, peer, 0, 0);
 }
 

@@ -82,7 +82,12 @@ ibv_context* open_device(ibv_device* d) {
   ctx->max_msg = default_max_msg.load();
   ctx->key_salt = std::random_device{}();
   Context* raw = ctx.get();
-  ctx->device = std::thread([raw] { device_loop(*raw); });
+  // The device works for the rank whose transport opens it (the opener's log rank): its lines
+  // carry that rank, as a NIC's errors belong to the process that owns the context.
+  ctx->device = std::thread([raw, rank = log_thread_rank()] {
+    log_set_thread_rank(rank);
+    device_loop(*raw);
+  });
   {
     std::lock_guard<std::mutex> lock(contexts_mu());
     contexts().push_back(raw);
