@@ -43,7 +43,8 @@ TEST(HashStore, TimeoutNamesTheMissingKeys) {
 // The stores' timeout rule (store.h): 0, -1 and kWaitForever wait without limit, other negative
 // values are refused naming the spellings.
 void check_timeout_rule(Store& s) {
-  for (std::chrono::nanoseconds t : {-2ns, -1s, std::chrono::nanoseconds::min()}) {
+  for (std::chrono::nanoseconds t :
+       {-2ns, std::chrono::nanoseconds(-1s), std::chrono::nanoseconds::min()}) {
     Status st = s.wait({"never"}, t);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << t.count();
     EXPECT_NE(st.message().find("negative"), std::string::npos) << st.message();
