@@ -1,5 +1,6 @@
 """Bad input gets clear Python exceptions naming what was wrong, and the group stays usable."""
 
+import datetime
 import time
 
 import torch
@@ -129,6 +130,16 @@ check(st["late_posts"] >= st["dropped_posts"], f"dropped posts are late ones: {s
 dropped = torch.tensor([st["dropped_posts"]])
 dist.all_reduce(dropped)
 check(dropped.item() >= 1, "late=drop: no post was dropped on any rank (the check tests nothing)")
+
+# The group's timeout follows the one rule: 0 is EAGERCOMM_TIMEOUT, -1 ms no limit, any other
+# negative value is refused on every rank, naming it.
+expect_raises(ValueError, "timeout -2",
+              lambda: dist.new_group(backend="eagercomm",
+                                     timeout=datetime.timedelta(milliseconds=-2)))
+unlimited = dist.new_group(backend="eagercomm", timeout=datetime.timedelta(milliseconds=-1))
+t = torch.ones(3)
+dist.all_reduce(t, group=unlimited)
+check(torch.equal(t, torch.full((3,), float(size))), "allreduce on a group without time limit")
 
 # The group is still fine.
 t = torch.ones(5)
