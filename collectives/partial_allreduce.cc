@@ -15,6 +15,7 @@
 #include "collectives/communicator_impl.h"
 #include "collectives/engine/comm_core.h"
 #include "collectives/kernels/reduce_kernels.h"
+#include "collectives/partial/partial_create.h"
 #include "collectives/partial/partial_meta.h"
 #include "collectives/partial/partial_shared.h"
 #include "collectives/partial/partial_stream.h"
@@ -133,199 +134,31 @@ int RoundResult::max_age() const {
 }
 int RoundResult::posts(int rank) const { return meta_of(data_, count_, type_, size_, rank).posts; }
 
-// ---- creation ----
+// The object's state, behind the installed header: the engine side of its rounds and what this
+// rank's application has done with them.
+struct PartialAllreduce::Impl {
+  Impl(std::shared_ptr<detail::CommCore> core, std::shared_ptr<PartialShared> shared)
+      : core_(std::move(core)), shared_(std::move(shared)) {}
+  // Hands `event` to the engine, waiting while its queue is full.
+  void push_event(const detail::PartialEvent& event);
 
-namespace {
-
-// What every rank must agree on, exchanged at creation.
-struct Descriptor {
-  uint64_t count;
-  uint64_t seed;
-  uint32_t dtype;
-  uint32_t kind;
-  int32_t quorum;
-  uint32_t late;
-  uint32_t sync_every;
-  uint32_t result_depth;
-  uint32_t stream;
-  uint32_t solo_speedup_permille;
+  std::shared_ptr<detail::CommCore> core_;
+  std::shared_ptr<PartialShared> shared_;
+  std::unique_ptr<detail::PartialStream> stream_;
+  uint64_t consumed_ = 0;  // results handed to the application: the model version posts build on
+  uint64_t flushes_ = 0;
+  std::atomic<bool> posting_{false};
+  uint64_t last_post_round_ = UINT64_MAX;  // the round this rank's latest post landed in
+  uint64_t arrived_round_ = UINT64_MAX;    // the round wait() last announced arrival for
+  std::string last_timeout_;               // the last wait()'s timeout, told to peers on destroy
+  std::vector<uint8_t> device_stage_;      // a device gradient's host copy (post)
+  // The application's compute before a post: from the end of this object's last post() or
+  // wait() (not across a flush(), after which comes evaluation, not a step) to the next post().
+  std::chrono::steady_clock::time_point idle_since_{};
+  bool measure_next_ = false;
 };
-static_assert(sizeof(Descriptor) % 8 == 0);
 
-Descriptor describe_args(size_t count, DataType type, PartialMode mode, const PartialOptions& o,
-                         uint32_t stream) {
-  Descriptor d{};
-  d.count = count;
-  d.seed = o.seed;
-  d.dtype = static_cast<uint32_t>(type);
-  d.kind = static_cast<uint32_t>(mode.kind);
-  d.quorum = mode.quorum;
-  d.late = static_cast<uint32_t>(o.late);
-  d.sync_every = o.sync_every;
-  d.result_depth = o.result_depth;
-  d.stream = stream;
-  d.solo_speedup_permille = o.solo_speedup >= 1 && o.solo_speedup <= PartialOptions::kMaxSoloSpeedup
-                                ? static_cast<uint32_t>(std::lround(o.solo_speedup * 1000))
-                                : UINT32_MAX;
-  return d;
-}
-
-// The first argument in which `theirs` differs from `mine`, as "count=10 ... count=11".
-std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_a, int rank_b) {
-  char buf[256];
-  auto say = [&](const char* what, unsigned long long x, unsigned long long y) {
-    snprintf(buf, sizeof(buf),
-             "partial allreduce: rank %d created it with %s=%llu but rank %d with %s=%llu", rank_a,
-             what, x, rank_b, what, y);
-    return std::string(buf);
-  };
-  // Enumerations by name ("dtype=f32", "late=drop"), the rest as numbers.
-  auto say_names = [&](const char* what, const std::string& x, const std::string& y) {
-    snprintf(buf, sizeof(buf),
-             "partial allreduce: rank %d created it with %s=%s but rank %d with %s=%s", rank_a,
-             what, x.c_str(), rank_b, what, y.c_str());
-    return std::string(buf);
-  };
-  auto type_name = [](uint32_t t) {
-    return is_valid_dtype(t) ? std::string(dtype_name(static_cast<DataType>(t)))
-                             : "type " + std::to_string(t);
-  };
-  auto late_name = [](uint32_t l) {
-    return l == 0 ? std::string("carry") : l == 1 ? std::string("drop") : std::to_string(l);
-  };
-  if (a.count != b.count) return say("count", a.count, b.count);
-  if (a.dtype != b.dtype) return say_names("dtype", type_name(a.dtype), type_name(b.dtype));
-  if (a.kind != b.kind || a.quorum != b.quorum) {
-    auto name = [](const Descriptor& d) {
-      return d.kind <= 4 ? PartialMode{static_cast<PartialKind>(d.kind), d.quorum}.name()
-                         : std::string("mode ") + std::to_string(d.kind);
-    };
-    snprintf(buf, sizeof(buf), "partial allreduce: rank %d created it in mode %s but rank %d in %s",
-             rank_a, name(a).c_str(), rank_b, name(b).c_str());
-    return buf;
-  }
-  if (a.late != b.late) return say_names("late", late_name(a.late), late_name(b.late));
-  if (a.sync_every != b.sync_every) return say("sync_every", a.sync_every, b.sync_every);
-  if (a.seed != b.seed) return say("seed", a.seed, b.seed);
-  if (a.result_depth != b.result_depth) return say("result_depth", a.result_depth, b.result_depth);
-  if (a.solo_speedup_permille != b.solo_speedup_permille) {
-    return say("solo_speedup (per mille)", a.solo_speedup_permille, b.solo_speedup_permille);
-  }
-  if (a.stream != b.stream) {
-    return say("object number (ranks created partial allreduces in a different order)", a.stream,
-               b.stream);
-  }
-  return {};
-}
-
-Status validate(const Descriptor& d, int size) {
-  if (!is_valid_dtype(d.dtype)) {
-    return make_status(StatusCode::kInvalidArgument,
-                       "partial allreduce: data type %u is not a "
-                       "DataType",
-                       d.dtype);
-  }
-  if (d.kind > 4) {
-    return make_status(StatusCode::kInvalidArgument,
-                       "partial allreduce: mode %u is not a "
-                       "PartialKind",
-                       d.kind);
-  }
-  if (d.kind == static_cast<uint32_t>(PartialKind::kQuorum) && (d.quorum < 1 || d.quorum > size)) {
-    return make_status(StatusCode::kInvalidArgument,
-                       "partial allreduce: quorum(%d) with %d ranks (accepted: 1 .. %d)", d.quorum,
-                       size, size);
-  }
-  if (d.solo_speedup_permille == UINT32_MAX) {
-    return make_status(StatusCode::kInvalidArgument,
-                       "partial allreduce: solo_speedup is not in [1, %g] (a speedup per epoch)",
-                       PartialOptions::kMaxSoloSpeedup);
-  }
-  if (d.late > 1) {
-    return make_status(StatusCode::kInvalidArgument,
-                       "partial allreduce: late policy %u is not "
-                       "carry (0) or drop (1)",
-                       d.late);
-  }
-  if (d.result_depth < 1 || d.result_depth > 1024) {
-    return make_status(StatusCode::kInvalidArgument,
-                       "partial allreduce: result_depth %u (accepted: 1 .. 1024)", d.result_depth);
-  }
-  if (d.count > (size_t{1} << 40)) {
-    return make_status(StatusCode::kInvalidArgument, "partial allreduce: count %llu is too large",
-                       static_cast<unsigned long long>(d.count));
-  }
-  return Status::Ok();
-}
-
-// One allgather of `words` int64 per rank on the collective stream, named as the creation in
-// errors (so that a rank that made another collective meanwhile gets a mismatch, not a join).
-Status allgather_words(detail::CommCore& core, const void* mine, size_t words, void* all) {
-  detail::OpSignature sig;
-  sig.coll = static_cast<uint8_t>(detail::CollKind::kAllgather);
-  sig.dtype = static_cast<uint8_t>(DataType::kInt64);
-  sig.count = words;
-  sig.reserved = static_cast<uint8_t>(detail::Algo::kRing);
-  sig.root = detail::kPartialCreateTag;
-  return core.run(detail::make_ring_allgather(sig, mine, all));
-}
-
-// Box keys travel in fixed records: a length word, then the key.
-constexpr size_t kBoxRecordWords = 32;
-constexpr size_t kMaxBoxKey = (kBoxRecordWords - 1) * 8;
-
-// The object's own boxes for its rounds (partial_shared.h), or null: its rounds then run as
-// messages. Every rank decides alike. A rank that has no boxes (the transport or the size rule
-// them out, or allocating failed) publishes an empty record in the first exchange, and a rank
-// that cannot map a peer's boxes says so in a second one, so all ranks fall back together.
-Result<std::unique_ptr<detail::SmallBoxes>> make_round_boxes(detail::CommCore& core,
-                                                             size_t data_bytes, size_t bytes) {
-  const int P = core.size();
-  const int rank = core.rank();
-  std::unique_ptr<detail::SmallBoxes> boxes;
-  if (P < 2) return boxes;
-  Result<std::unique_ptr<detail::SmallBoxes>> made = core.make_round_boxes(data_bytes, bytes);
-  if (made.ok()) {
-    boxes = std::move(made).value();
-  } else {
-    EC_WARN(kPartial, "partial allreduce: no boxes for its rounds (%s); they run as messages",
-            made.status().to_string().c_str());
-  }
-  std::vector<uint64_t> mine(kBoxRecordWords, 0);
-  if (boxes && boxes->key().size() <= kMaxBoxKey) {
-    mine[0] = boxes->key().size();
-    std::memcpy(&mine[1], boxes->key().data(), boxes->key().size());
-  }
-  std::vector<uint64_t> all(static_cast<size_t>(P) * kBoxRecordWords);
-  EC_RETURN_IF_ERROR(allgather_words(core, mine.data(), kBoxRecordWords, all.data()));
-  for (int r = 0; r < P; ++r) {
-    const uint64_t length = all[static_cast<size_t>(r) * kBoxRecordWords];
-    if (length == 0 || length > kMaxBoxKey) return std::unique_ptr<detail::SmallBoxes>();
-  }
-  uint64_t mapped = 1;
-  for (int peer = 0; peer < P && mapped; ++peer) {
-    if (peer == rank) continue;
-    const uint64_t* record = &all[static_cast<size_t>(peer) * kBoxRecordWords];
-    std::span<const uint8_t> key(reinterpret_cast<const uint8_t*>(record + 1), record[0]);
-    if (Status st = core.connect_round_boxes(*boxes, peer, key); !st.ok()) {
-      EC_WARN(kPartial, "partial allreduce: rank %d's boxes: %s; rounds run as messages", peer,
-              st.to_string().c_str());
-      mapped = 0;
-    }
-  }
-  std::vector<uint64_t> everyone(static_cast<size_t>(P));
-  EC_RETURN_IF_ERROR(allgather_words(core, &mapped, 1, everyone.data()));
-  for (int r = 0; r < P; ++r) {
-    if (everyone[r] == 0) return std::unique_ptr<detail::SmallBoxes>();
-  }
-  return boxes;
-}
-
-}  // namespace
-
-PartialAllreduce::PartialAllreduce(std::shared_ptr<detail::CommCore> core,
-                                   std::shared_ptr<PartialShared> shared)
-    : core_(std::move(core)), shared_(std::move(shared)) {}
+PartialAllreduce::PartialAllreduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 PartialAllreduce::~PartialAllreduce() { destroy(); }
 
@@ -338,16 +171,8 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   const int rank = core->rank();
   log_set_thread_rank(rank);
 
-  // Every rank learns every rank's arguments, so all of them report the same error, or none.
   const uint32_t stream = core->new_stream_id();
-  Descriptor mine = describe_args(count, type, mode, options, stream);
-  std::vector<Descriptor> all(P);
-  EC_RETURN_IF_ERROR(allgather_words(*core, &mine, sizeof(Descriptor) / 8, all.data()));
-  for (int r = 1; r < P; ++r) {
-    std::string diff = first_difference(all[0], all[r], 0, r);
-    if (!diff.empty()) return Status(StatusCode::kMismatch, diff);
-  }
-  EC_RETURN_IF_ERROR(validate(all[0], P));
+  EC_RETURN_IF_ERROR(detail::agree_on_partial_arguments(*core, count, type, mode, options, stream));
 
   const size_t buffers = options.result_depth + 1;
   auto shared = std::make_shared<PartialShared>(buffers, 4096);
@@ -361,8 +186,9 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   shared->mode = mode;
   shared->options = options;
   shared->core = core;
-  EC_ASSIGN_OR_RETURN(shared->round_boxes,
-                      make_round_boxes(*core, shared->bytes, shared->bytes + shared->tail_bytes));
+  EC_ASSIGN_OR_RETURN(
+      shared->round_boxes,
+      detail::make_partial_round_boxes(*core, shared->bytes, shared->bytes + shared->tail_bytes));
   for (size_t b = 0; b < buffers; ++b) {
     auto buf = std::make_unique<detail::ContributionBuffer>();
     EC_ASSIGN_OR_RETURN(buf->region, core->allocate(shared->bytes + shared->tail_bytes));
@@ -374,9 +200,9 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   }
   shared->open.store(PartialShared::pack(0, 0));
 
-  std::unique_ptr<PartialAllreduce> pa(new PartialAllreduce(core, shared));
-  pa->stream_ = std::make_unique<detail::PartialStream>(*core, shared);
-  EC_RETURN_IF_ERROR(core->attach_stream(stream, pa->stream_.get()));
+  std::unique_ptr<PartialAllreduce> pa(new PartialAllreduce(std::make_unique<Impl>(core, shared)));
+  pa->impl_->stream_ = std::make_unique<detail::PartialStream>(*core, shared);
+  EC_RETURN_IF_ERROR(core->attach_stream(stream, pa->impl_->stream_.get()));
   // Rounds need every rank's engine while its application computes.
   if (core->config().progress_thread == ProgressThreadMode::kAuto) core->engine().start_thread();
   EC_INFO(kPartial,
@@ -395,7 +221,7 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
 
 Status PartialAllreduce::post(const void* gradient, size_t count, DataType type,
                               CudaStream stream) {
-  PartialShared& s = *shared_;
+  PartialShared& s = *impl_->shared_;
   if (s.closed.load(std::memory_order_acquire)) {
     return Status(StatusCode::kAborted, "partial allreduce: post() after destroy()");
   }
@@ -411,43 +237,45 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type,
   }
   if (s.broken.load(std::memory_order_acquire)) return s.error;
   // Two threads adding into the open buffer at once would tear it: refuse instead.
-  if (posting_.exchange(true, std::memory_order_acquire)) {
+  if (impl_->posting_.exchange(true, std::memory_order_acquire)) {
     return Status(StatusCode::kInvalidArgument,
                   "partial allreduce: post() called from two threads at once");
   }
   struct Unmark {
     std::atomic<bool>& flag;
     ~Unmark() { flag.store(false, std::memory_order_release); }
-  } unmark{posting_};
+  } unmark{impl_->posting_};
   // adaptive: the compute before this post (RankMeta::compute_us); the next one is measured from
   // when this call returns. Other modes read no clock.
   const bool adaptive = s.mode.kind == PartialKind::kAdaptive;
-  const bool measured = adaptive && measure_next_;
-  const uint64_t compute_us = measured ? static_cast<uint64_t>(std::max<int64_t>(
-                                             std::chrono::duration_cast<std::chrono::microseconds>(
-                                                 std::chrono::steady_clock::now() - idle_since_)
-                                                 .count(),
-                                             0))
-                                       : 0;
+  const bool measured = adaptive && impl_->measure_next_;
+  const uint64_t compute_us = measured
+                                  ? static_cast<uint64_t>(std::max<int64_t>(
+                                        std::chrono::duration_cast<std::chrono::microseconds>(
+                                            std::chrono::steady_clock::now() - impl_->idle_since_)
+                                            .count(),
+                                        0))
+                                  : 0;
   struct RestartCompute {
-    PartialAllreduce& pa;
+    Impl& pa;
     bool on;
     ~RestartCompute() {
       if (!on) return;
       pa.idle_since_ = std::chrono::steady_clock::now();
       pa.measure_next_ = true;
     }
-  } restart{*this, adaptive};
+  } restart{*impl_, adaptive};
   // A device gradient: copied out before entering the open buffer, so the engine never waits on
   // a CUDA copy for the writer count to drop.
   if (count > 0 && gpu::detected_kind(gradient) == MemoryKind::kCuda) {
     EC_RETURN_IF_ERROR(gpu::check_usable("partial allreduce post"));
-    device_stage_.resize(s.bytes);
-    EC_RETURN_IF_ERROR(gpu::copy_and_wait(device_stage_.data(), gradient, s.bytes, stream.handle));
-    gradient = device_stage_.data();
+    impl_->device_stage_.resize(s.bytes);
+    EC_RETURN_IF_ERROR(
+        gpu::copy_and_wait(impl_->device_stage_.data(), gradient, s.bytes, stream.handle));
+    gradient = impl_->device_stage_.data();
   }
 
-  const uint64_t base = consumed_;
+  const uint64_t base = impl_->consumed_;
   uint64_t round = 0;
   bool late = false;
   for (;;) {
@@ -482,15 +310,15 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type,
   }
   s.posts.fetch_add(1, std::memory_order_relaxed);
   if (late) s.late_posts.fetch_add(1, std::memory_order_relaxed);
-  last_post_round_ = round;
+  impl_->last_post_round_ = round;
 
   // The engine decides what the post sets off (it knows which ranks are flushing); the kick
   // also wakes an engine waiting for this post to leave a buffer it just took.
-  push_event(PartialEvent{PartialEvent::Kind::kPosted, round, !late, 0});
+  impl_->push_event(PartialEvent{PartialEvent::Kind::kPosted, round, !late, 0});
   return Status::Ok();
 }
 
-void PartialAllreduce::push_event(const detail::PartialEvent& event) {
+void PartialAllreduce::Impl::push_event(const detail::PartialEvent& event) {
   while (!shared_->events.try_push(event)) {
     core_->engine().kick();
     std::this_thread::yield();
@@ -501,15 +329,15 @@ void PartialAllreduce::push_event(const detail::PartialEvent& event) {
 // ---- results ----
 
 Result<std::optional<RoundResult>> PartialAllreduce::poll() {
-  PartialShared& s = *shared_;
+  PartialShared& s = *impl_->shared_;
   if (s.closed.load(std::memory_order_acquire)) {
     return Status(StatusCode::kAborted, "partial allreduce: poll() after destroy()");
   }
   log_set_thread_rank(s.rank);  // it may drive the engine, as wait() does
   detail::RoundRecord record;
   bool got = s.results.try_pop(record);
-  if (!got && !core_->engine().has_thread()) {
-    core_->engine().try_progress();
+  if (!got && !impl_->core_->engine().has_thread()) {
+    impl_->core_->engine().try_progress();
     got = s.results.try_pop(record);
   }
   if (!got) {
@@ -523,9 +351,9 @@ Result<std::optional<RoundResult>> PartialAllreduce::poll() {
   r.data_ = s.buffers[record.buffer]->data();
   r.count_ = s.count;
   r.type_ = s.type;
-  r.owner_ = shared_;
+  r.owner_ = impl_->shared_;
   r.buffer_ = record.buffer;
-  ++consumed_;
+  ++impl_->consumed_;
   return std::optional<RoundResult>(std::move(r));
 }
 
@@ -536,7 +364,7 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout) {
 Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
                                            const std::function<Status()>& check) {
   constexpr std::chrono::milliseconds kCheckEvery{50};
-  PartialShared& s = *shared_;
+  PartialShared& s = *impl_->shared_;
   log_set_thread_rank(s.rank);
   // adaptive: time spent waiting here is not the application's compute (post() measures that).
   struct RestartCompute {
@@ -545,9 +373,9 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
     ~RestartCompute() {
       if (on) since = std::chrono::steady_clock::now();
     }
-  } restart{idle_since_, s.mode.kind == PartialKind::kAdaptive};
+  } restart{impl_->idle_since_, s.mode.kind == PartialKind::kAdaptive};
   EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "partial allreduce wait"));
-  timeout = core_->resolve(timeout);
+  timeout = impl_->core_->resolve(timeout);
   const auto deadline = deadline_after(timeout);
   for (;;) {
     EC_ASSIGN_OR_RETURN(std::optional<RoundResult> r, poll());
@@ -557,12 +385,13 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
     // taking a result): count it as arrived, or the round could wait for a post that never
     // comes.
     const uint64_t open_round = PartialShared::open_round(s.open.load(std::memory_order_acquire));
-    if (open_round == consumed_ && last_post_round_ == open_round && arrived_round_ != open_round) {
-      arrived_round_ = open_round;
-      push_event(
+    if (open_round == impl_->consumed_ && impl_->last_post_round_ == open_round &&
+        impl_->arrived_round_ != open_round) {
+      impl_->arrived_round_ = open_round;
+      impl_->push_event(
           PartialEvent{.kind = PartialEvent::Kind::kPosted, .round = open_round, .fresh = true});
     }
-    const bool ready = core_->engine().wait(
+    const bool ready = impl_->core_->engine().wait(
         [&s] {
           return s.results.size_approx() > 0 || s.broken.load(std::memory_order_acquire) ||
                  s.closed.load(std::memory_order_acquire);
@@ -571,18 +400,18 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
     if (!ready && check && Engine::Clock::now() < deadline) {
       Status stop = check();
       if (stop.ok()) continue;
-      last_timeout_ = "partial allreduce: rank " + std::to_string(s.rank) +
-                      " stopped waiting for round " + std::to_string(consumed_) + ": " +
-                      stop.message();
+      impl_->last_timeout_ = "partial allreduce: rank " + std::to_string(s.rank) +
+                             " stopped waiting for round " + std::to_string(impl_->consumed_) +
+                             ": " + stop.message();
       return stop;
     }
     if (!ready) {
       Status late =
           make_status(StatusCode::kTimeout,
                       "partial allreduce: round %llu did not complete on rank %d within %s%s",
-                      static_cast<unsigned long long>(consumed_), s.rank,
-                      format_duration(timeout).c_str(), core_->silent_report().c_str());
-      last_timeout_ = late.message();  // the peers hear it if this rank then gives up
+                      static_cast<unsigned long long>(impl_->consumed_), s.rank,
+                      format_duration(timeout).c_str(), impl_->core_->silent_report().c_str());
+      impl_->last_timeout_ = late.message();  // the peers hear it if this rank then gives up
       return late;
     }
   }
@@ -591,15 +420,15 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
 Result<RoundResult> PartialAllreduce::wait() { return wait(kConfiguredTimeout); }
 
 Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)>& apply) {
-  PartialShared& s = *shared_;
+  PartialShared& s = *impl_->shared_;
   if (s.closed.load(std::memory_order_acquire)) {
     return Status(StatusCode::kAborted, "partial allreduce: flush() after destroy()");
   }
   log_set_thread_rank(s.rank);
-  measure_next_ = false;  // what follows a flush (evaluation, say) is not a step's compute
+  impl_->measure_next_ = false;  // what follows a flush (evaluation, say) is not a step's compute
   // Ranks still in their loop must not wait for this one's posts any more.
-  const uint64_t number = ++flushes_;
-  push_event(PartialEvent{.kind = PartialEvent::Kind::kFlushing, .round = number});
+  const uint64_t number = ++impl_->flushes_;
+  impl_->push_event(PartialEvent{.kind = PartialEvent::Kind::kFlushing, .round = number});
   // Every post of every rank precedes that rank's read below and lands in a round no later than
   // the round open then, so no later than the maximum over ranks: that round, forced active
   // everywhere, closes the books. The exchange runs while results keep flowing. (The open
@@ -616,9 +445,10 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
   sig.root = detail::kPartialFlushTag;  // errors name flush(), not this allreduce
   std::shared_ptr<detail::Op> exchange = detail::make_allreduce(sig, last.get(), last.get());
   exchange->keep_alive = last;
-  if (core_->destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+  if (impl_->core_->destroyed())
+    return Status(StatusCode::kAborted, "the communicator was destroyed");
   s.flushes_joined.store(number, std::memory_order_release);
-  core_->submit(exchange);
+  impl_->core_->submit(exchange);
   // A failure from round b on fails this flush only if its round is b or later. When it comes
   // from peers that left after joining this exchange (their flush returned, so its round is
   // before b), the round is known once the exchange ends: wait for it before deciding.
@@ -627,15 +457,15 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
   };
 
   std::optional<uint64_t> round;
-  const auto timeout = core_->config().timeout;
+  const auto timeout = impl_->core_->config().timeout;
   for (;;) {
     if (!round && exchange->done()) {
       EC_RETURN_IF_ERROR(exchange->status());
       round = static_cast<uint64_t>(*last);
-      push_event(
+      impl_->push_event(
           PartialEvent{.kind = PartialEvent::Kind::kForce, .round = *round, .flush = number});
     }
-    if (round && consumed_ > *round) return *round;
+    if (round && impl_->consumed_ > *round) return *round;
     Result<std::optional<RoundResult>> polled = poll();
     if (!polled.ok()) {
       if (round || !spared()) return polled.status();
@@ -644,7 +474,7 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
       continue;
     }
     const auto deadline = deadline_after(timeout);
-    const bool ready = core_->engine().wait(
+    const bool ready = impl_->core_->engine().wait(
         [&] {
           return s.results.size_approx() > 0 ||
                  (s.broken.load(std::memory_order_acquire) && (round || !spared())) ||
@@ -664,21 +494,23 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
 // ---- teardown and introspection ----
 
 void PartialAllreduce::destroy() {
-  if (!shared_ || shared_->closed.exchange(true, std::memory_order_acq_rel)) return;
-  ScopedLogRank scoped(shared_->rank);  // a destructor runs on any thread (CommCore::destroy)
-  detail::PartialStream* stream = stream_.get();
+  if (!impl_->shared_ || impl_->shared_->closed.exchange(true, std::memory_order_acq_rel)) return;
+  ScopedLogRank scoped(
+      impl_->shared_->rank);  // a destructor runs on any thread (CommCore::destroy)
+  detail::PartialStream* stream = impl_->stream_.get();
   // A rank that leaves after a timeout tells the peers what it was waiting for: their errors
   // then name the rank that held everybody up, not only this messenger.
   const Status why(StatusCode::kAborted,
-                   last_timeout_.empty() ? std::string("partial allreduce: destroyed")
-                                         : "partial allreduce: destroyed after: " + last_timeout_);
-  core_->engine().run_exclusive([stream, &why] { stream->close(why); });
-  core_->detach_stream(shared_->stream);
-  core_->engine().notify_waiters();
+                   impl_->last_timeout_.empty()
+                       ? std::string("partial allreduce: destroyed")
+                       : "partial allreduce: destroyed after: " + impl_->last_timeout_);
+  impl_->core_->engine().run_exclusive([stream, &why] { stream->close(why); });
+  impl_->core_->detach_stream(impl_->shared_->stream);
+  impl_->core_->engine().notify_waiters();
 }
 
 PartialStats PartialAllreduce::stats() const {
-  const PartialShared& s = *shared_;
+  const PartialShared& s = *impl_->shared_;
   PartialStats out;
   out.posts = s.posts.load(std::memory_order_relaxed);
   out.late_posts = s.late_posts.load(std::memory_order_relaxed);
@@ -689,8 +521,8 @@ PartialStats PartialAllreduce::stats() const {
   return out;
 }
 
-size_t PartialAllreduce::count() const { return shared_->count; }
-DataType PartialAllreduce::type() const { return shared_->type; }
-PartialMode PartialAllreduce::mode() const { return shared_->mode; }
+size_t PartialAllreduce::count() const { return impl_->shared_->count; }
+DataType PartialAllreduce::type() const { return impl_->shared_->type; }
+PartialMode PartialAllreduce::mode() const { return impl_->shared_->mode; }
 
 }  // namespace eagercomm

@@ -76,9 +76,6 @@ class Communicator;
 
 namespace detail {
 struct PartialShared;
-struct PartialEvent;
-class PartialStream;
-class CommCore;
 }  // namespace detail
 
 enum class PartialKind : uint8_t {
@@ -158,8 +155,7 @@ class RoundResult {
   Status copy_to(void* dst) const;
 
  private:
-  friend class detail::PartialStream;
-  friend class PartialAllreduce;
+  friend class PartialAllreduce;  // makes them
   RoundResult() = default;
   void release();
 
@@ -237,23 +233,9 @@ class PartialAllreduce {
   PartialMode mode() const;
 
  private:
-  PartialAllreduce(std::shared_ptr<detail::CommCore> core,
-                   std::shared_ptr<detail::PartialShared> shared);
-  void push_event(const detail::PartialEvent& event);
-  std::shared_ptr<detail::CommCore> core_;
-  std::shared_ptr<detail::PartialShared> shared_;
-  std::unique_ptr<detail::PartialStream> stream_;
-  uint64_t consumed_ = 0;  // results handed to the application: the model version posts build on
-  uint64_t flushes_ = 0;
-  std::atomic<bool> posting_{false};
-  uint64_t last_post_round_ = UINT64_MAX;  // the round this rank's latest post landed in
-  uint64_t arrived_round_ = UINT64_MAX;    // the round wait() last announced arrival for
-  std::string last_timeout_;               // the last wait()'s timeout, told to peers on destroy
-  std::vector<uint8_t> device_stage_;      // a device gradient's host copy (post)
-  // The application's compute before a post: from the end of this object's last post() or
-  // wait() (not across a flush(), after which comes evaluation, not a step) to the next post().
-  std::chrono::steady_clock::time_point idle_since_{};
-  bool measure_next_ = false;
+  struct Impl;  // partial_allreduce.cc
+  explicit PartialAllreduce(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace eagercomm
