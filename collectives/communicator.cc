@@ -542,6 +542,8 @@ CommunicatorStats Communicator::stats() const {
   out.deferred_sends = mail.deferred;
   out.unexpected_messages = counters.unexpected_messages;
   out.engine_blocks = impl_->core->engine().stats().blocks;
+  out.connected_peers = mail.connected_peers;
+  out.mailbox_bytes = mail.registered_bytes;
   return out;
 }
 

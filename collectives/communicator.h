@@ -81,6 +81,12 @@ struct CommunicatorStats {
   uint64_t deferred_sends = 0;  // sends retried after transport back-pressure
   uint64_t unexpected_messages = 0;
   uint64_t engine_blocks = 0;  // times a driver went to sleep waiting for peers
+  // What this rank holds for its peers: today every rank connects to every other at creation
+  // (size() - 1) and keeps EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES of registered mailbox per rank
+  // of the job, twice that where the transport cannot store into the peers' memory (ucx between
+  // hosts, verbs): `eagercomm-info` shows the figures for larger jobs.
+  uint32_t connected_peers = 0;
+  uint64_t mailbox_bytes = 0;
 };
 
 class Communicator {

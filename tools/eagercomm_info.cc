@@ -9,6 +9,7 @@
 #include "collectives/kernels/reduce_kernels.h"
 #include "runtime/build_config.h"
 #include "runtime/gpu.h"
+#include "transport/mailbox.h"
 #include "transport/registry.h"
 #include "transport/verbs/gpudirect.h"
 #include "transport/verbs/verbs_cm_address.h"
@@ -23,6 +24,25 @@ void usage() {
       "  (no option)  everything\n"
       "  -c           configuration variables only\n"
       "  -t           transports only\n");
+}
+
+// What one rank of a job holds for its peers with this configuration (CommunicatorStats reports
+// a live communicator's), so that a user sizing a large job sees the cost before running it.
+void print_resources_per_rank(const eagercomm::Config& config) {
+  std::printf(
+      "#\n# resources per rank with this configuration (every rank connects to every other at\n"
+      "# creation; mailbox: EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES per rank of the job, twice\n"
+      "# that where the transport cannot store into the peers' memory: ucx between hosts, verbs)\n"
+      "#   %6s %12s %14s %14s\n",
+      "ranks", "connections", "mailbox MiB", "staged MiB");
+  for (int ranks : {2, 8, 64, 1024, 4096}) {
+    const auto mib = [&](bool staged) {
+      return static_cast<double>(eagercomm::mailbox_registered_bytes(ranks, config.slots,
+                                                                     config.slot_bytes, staged)) /
+             (1 << 20);
+    };
+    std::printf("#   %6d %12d %14.1f %14.1f\n", ranks, ranks - 1, mib(false), mib(true));
+  }
 }
 
 }  // namespace
@@ -123,6 +143,7 @@ int main(int argc, char** argv) {
     for (const auto& name : config.value().unknown_names) {
       std::printf("# warning: unknown variable %s\n", name.c_str());
     }
+    print_resources_per_rank(config.value());
   }
   return 0;
 }

@@ -26,6 +26,11 @@ uint64_t all_slots_mask(uint32_t slots) {
 
 }  // namespace
 
+uint64_t mailbox_registered_bytes(int size, uint32_t slots, size_t slot_bytes, bool staged) {
+  const uint64_t inbox = static_cast<uint64_t>(size) * slots * slot_bytes;
+  return staged ? 2 * inbox : inbox;
+}
+
 Mailbox::Mailbox(Transport& transport, const MailboxOptions& options)
     : transport_(transport),
       slot_bytes_(options.slot_bytes),
@@ -52,8 +57,10 @@ Result<std::unique_ptr<Mailbox>> Mailbox::create(Transport& transport,
                        options.slot_bytes, kSlotHeaderBytes + 64);
   }
   std::unique_ptr<Mailbox> box(new Mailbox(transport, options));
-  const size_t bytes = static_cast<size_t>(transport.size()) * options.slots * options.slot_bytes;
+  const uint64_t bytes =
+      mailbox_registered_bytes(transport.size(), options.slots, options.slot_bytes, false);
   EC_ASSIGN_OR_RETURN(box->inbox_, transport.allocate(bytes, MemoryKind::kHost));
+  box->stats_.registered_bytes = bytes;
   return box;
 }
 
@@ -87,9 +94,11 @@ Status Mailbox::connect_peer(int peer, std::span<const uint8_t> inbox_key) {
   if (mapped) {
     p.mapped = mapped + p.remote_offset;
   } else if (!staging_) {
-    const size_t bytes = static_cast<size_t>(transport_.size()) * slots_ * slot_bytes_;
+    const uint64_t bytes = mailbox_registered_bytes(transport_.size(), slots_, slot_bytes_, false);
     EC_ASSIGN_OR_RETURN(staging_, transport_.allocate(bytes, MemoryKind::kHost));
+    stats_.registered_bytes += bytes;
   }
+  ++stats_.connected_peers;
   return Status::Ok();
 }
 

@@ -78,7 +78,15 @@ struct MailboxStats {
   uint64_t received = 0;
   uint64_t spills = 0;
   uint64_t deferred = 0;  // sends retried after kBusy
+  // Registered memory: the inbox, plus the staging copy once a peer cannot be stored to directly.
+  uint64_t registered_bytes = 0;
+  uint32_t connected_peers = 0;  // peers whose inbox this rank imported
 };
+
+// The memory a mailbox registers in a job of `size` ranks: its inbox (every rank's slots, its own
+// included, so that offsets are rank * slots * slot_bytes everywhere) and, `staged`, the
+// staging copy of the peers' inboxes where a transport cannot store into them.
+uint64_t mailbox_registered_bytes(int size, uint32_t slots, size_t slot_bytes, bool staged);
 
 class Mailbox {
  public:

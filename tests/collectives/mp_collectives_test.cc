@@ -167,6 +167,32 @@ TEST(MultiProcess, EveryMismatchedPairFailsOnEveryRankAtOnce) {
   run_every_mismatched_pair(*g_comm, std::chrono::seconds(15));
 }
 
+// What a rank holds for its peers (issue 21 measures its way down from here): a connection to
+// every other rank, and EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES of mailbox per rank of the job,
+// twice that where writes are staged; on shm, which stores into the peers' memory, once.
+void expect_peer_resources(Communicator& c, uint32_t slots, size_t slot_bytes) {
+  const CommunicatorStats st = c.stats();
+  const uint64_t inbox = static_cast<uint64_t>(c.size()) * slots * slot_bytes;
+  EXPECT_EQ(st.connected_peers, static_cast<uint32_t>(c.size() - 1));
+  if (c.transport_name() == "shm" || c.size() == 1) {
+    EXPECT_EQ(st.mailbox_bytes, inbox);
+  } else if (c.transport_name() == "verbs") {
+    EXPECT_EQ(st.mailbox_bytes, 2 * inbox);
+  } else {
+    EXPECT_TRUE(st.mailbox_bytes == inbox || st.mailbox_bytes == 2 * inbox) << st.mailbox_bytes;
+  }
+}
+
+TEST(MultiProcess, StatsCountThePeersConnectionsAndMailboxMemory) {
+  const Config config = test_config();
+  expect_peer_resources(*g_comm, config.slots, config.slot_bytes);
+  auto small = sub_communicator({{"EAGERCOMM_SLOTS", "4"}, {"EAGERCOMM_SLOT_BYTES", "64KiB"}});
+  ASSERT_NE(small, nullptr);
+  expect_peer_resources(*small, 4, 64 << 10);
+  EXPECT_LT(small->stats().mailbox_bytes, g_comm->stats().mailbox_bytes);
+  EXPECT_TRUE(small->barrier().ok());
+}
+
 TEST(MultiProcess, SmallAllreduceGoesThroughTheBoxesAndCountsAcrossTheLimitFail) {
   Communicator& c = *g_comm;
   const int P = c.size(), r = c.rank();
