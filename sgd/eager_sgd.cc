@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "collectives/communicator_impl.h"
 #include "runtime/gpu.h"
 #include "sgd/sgd_log.h"
 
@@ -107,12 +108,8 @@ Result<std::unique_ptr<EagerSgd>> EagerSgd::create(Communicator& comm, float* pa
   } else if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
     local = make_status(StatusCode::kInvalidArgument,
                         "eager SGD: weight decay %g must be finite and >= 0", options.weight_decay);
-  } else if (options.timeout < std::chrono::nanoseconds::zero() &&
-             options.timeout != std::chrono::nanoseconds(-1)) {
-    local = make_status(StatusCode::kInvalidArgument,
-                        "eager SGD: timeout %lldns is negative (kConfiguredTimeout: "
-                        "EAGERCOMM_TIMEOUT, kWaitForever: no limit)",
-                        static_cast<long long>(options.timeout.count()));
+  } else if (auto timeout = detail::check_timeout(options.timeout, "eager SGD"); !timeout.ok()) {
+    local = timeout.status();
   } else if (options.staleness != StalenessRule::kNone &&
              options.staleness != StalenessRule::kMomentum &&
              options.staleness != StalenessRule::kRate) {
