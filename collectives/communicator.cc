@@ -543,6 +543,7 @@ CommunicatorStats Communicator::stats() const {
   out.unexpected_messages = counters.unexpected_messages;
   out.engine_blocks = impl_->core->engine().stats().blocks;
   out.connected_peers = mail.connected_peers;
+  out.data_peers = mail.data_peers;
   out.mailbox_bytes = mail.registered_bytes;
   return out;
 }

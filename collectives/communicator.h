@@ -81,11 +81,15 @@ struct CommunicatorStats {
   uint64_t deferred_sends = 0;  // sends retried after transport back-pressure
   uint64_t unexpected_messages = 0;
   uint64_t engine_blocks = 0;  // times a driver went to sleep waiting for peers
-  // What this rank holds for its peers: today every rank connects to every other at creation
-  // (size() - 1) and keeps EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES of registered mailbox per rank
-  // of the job, twice that where the transport cannot store into the peers' memory (ucx between
-  // hosts, verbs): `eagercomm-info` shows the figures for larger jobs.
+  // What this rank holds for its peers: every rank connects to every other at creation
+  // (size() - 1). Its registered mailbox keeps EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES for the
+  // ring neighbours, half as many slots for the other peers its algorithms send data to
+  // (`data_peers`, O(log size())), and 4 slots of 1 KiB for every other rank (control messages);
+  // twice that where the transport cannot store into the peers' memory (ucx between hosts,
+  // verbs). Ranks of one process (inproc) keep full slots for every peer. `eagercomm-info` shows
+  // the figures for larger jobs.
   uint32_t connected_peers = 0;
+  uint32_t data_peers = 0;
   uint64_t mailbox_bytes = 0;
 };
 

@@ -1,15 +1,18 @@
 // eagercomm-info: what this build of eagercomm is, what it can use here, and the value of
 // every EAGERCOMM_* variable with where that value came from (like ucx_info -c and NCCL's
 // INFO lines). Exits non-zero, with the reason, when the environment holds a bad value.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/config.h"
+#include "collectives/engine/partner_layout.h"
 #include "collectives/kernels/reduce_kernels.h"
 #include "runtime/build_config.h"
 #include "runtime/gpu.h"
-#include "transport/mailbox.h"
+#include "transport/mailbox_layout.h"
 #include "transport/registry.h"
 #include "transport/verbs/gpudirect.h"
 #include "transport/verbs/verbs_cm_address.h"
@@ -27,21 +30,28 @@ void usage() {
 }
 
 // What one rank of a job holds for its peers with this configuration (CommunicatorStats reports
-// a live communicator's), so that a user sizing a large job sees the cost before running it.
+// a live communicator's), so that a user sizing a large job sees the cost before running it. The
+// figures come from the layout communicators use (the rank that holds the most).
 void print_resources_per_rank(const eagercomm::Config& config) {
   std::printf(
       "#\n# resources per rank with this configuration (every rank connects to every other at\n"
-      "# creation; mailbox: EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES per rank of the job, twice\n"
-      "# that where the transport cannot store into the peers' memory: ucx between hosts, verbs)\n"
-      "#   %6s %12s %14s %14s\n",
-      "ranks", "connections", "mailbox MiB", "staged MiB");
-  for (int ranks : {2, 8, 64, 1024, 4096}) {
-    const auto mib = [&](bool staged) {
-      return static_cast<double>(eagercomm::mailbox_registered_bytes(ranks, config.slots,
-                                                                     config.slot_bytes, staged)) /
-             (1 << 20);
-    };
-    std::printf("#   %6d %12d %14.1f %14.1f\n", ranks, ranks - 1, mib(false), mib(true));
+      "# creation; mailbox: EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES for the ring neighbours, half\n"
+      "# the slots for the other data peers (those the algorithms send data to), 4 x 1 KiB for\n"
+      "# every other rank; twice that where the transport cannot store into the peers' memory:\n"
+      "# ucx between hosts, verbs; ranks of one process, inproc, keep full slots for all)\n"
+      "#   %6s %12s %11s %14s %14s\n",
+      "ranks", "connections", "data peers", "mailbox MiB", "staged MiB");
+  for (int ranks : {2, 8, 64, 1000, 1024, 4096}) {
+    uint64_t most = 0;
+    size_t data_peers = 0;
+    for (int rank = 0; rank < ranks; ++rank) {
+      const auto layout = eagercomm::detail::partner_mailbox_layout(
+          rank, ranks, eagercomm::SlotShape{config.slots, config.slot_bytes});
+      most = std::max(most, eagercomm::mailbox_registered_bytes(*layout, rank, false));
+      data_peers = std::max(data_peers, eagercomm::detail::data_partners(rank, ranks).size());
+    }
+    const double mib = static_cast<double>(most) / (1 << 20);
+    std::printf("#   %6d %12d %11zu %14.1f %14.1f\n", ranks, ranks - 1, data_peers, mib, 2 * mib);
   }
 }
 

@@ -24,41 +24,65 @@ uint64_t all_slots_mask(uint32_t slots) {
   return slots >= 64 ? ~uint64_t{0} : (uint64_t{1} << slots) - 1;
 }
 
+Status check_shape(const SlotShape& shape, const char* what) {
+  if (shape.slots < 2 || shape.slots > kMaxSlots) {
+    return make_status(StatusCode::kInvalidArgument, "mailbox: %u slots %s (accepted 2..%u)",
+                       shape.slots, what, kMaxSlots);
+  }
+  if (shape.slot_bytes < kSlotHeaderBytes + 64 || shape.slot_bytes % 64 != 0) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "mailbox: slot of %zu bytes %s (needs a multiple of 64, at least %zu)",
+                       shape.slot_bytes, what, kSlotHeaderBytes + 64);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
-uint64_t mailbox_registered_bytes(int size, uint32_t slots, size_t slot_bytes, bool staged) {
-  const uint64_t inbox = static_cast<uint64_t>(size) * slots * slot_bytes;
-  return staged ? 2 * inbox : inbox;
-}
-
-Mailbox::Mailbox(Transport& transport, const MailboxOptions& options)
+Mailbox::Mailbox(Transport& transport, const MailboxOptions& options,
+                 std::unique_ptr<MailboxLayout> layout)
     : transport_(transport),
-      slot_bytes_(options.slot_bytes),
-      slots_(options.slots),
+      layout_(std::move(layout)),
+      slot_bytes_(layout_->data_shape().slot_bytes),
       direct_(options.direct),
-      peers_(transport.size()) {
-  for (Peer& p : peers_) {
-    p.free_mask = all_slots_mask(slots_);
-    p.held.assign(slots_, nullptr);
-  }
-}
+      peers_(transport.size()) {}
 
 Mailbox::~Mailbox() = default;
 
 Result<std::unique_ptr<Mailbox>> Mailbox::create(Transport& transport,
-                                                 const MailboxOptions& options) {
-  if (options.slots < 2 || options.slots > kMaxSlots) {
-    return make_status(StatusCode::kInvalidArgument, "mailbox: %u slots per peer (accepted 2..%u)",
-                       options.slots, kMaxSlots);
+                                                 const MailboxOptions& options,
+                                                 std::unique_ptr<MailboxLayout> layout) {
+  if (!layout) {
+    EC_RETURN_IF_ERROR(check_shape(SlotShape{options.slots, options.slot_bytes}, "per peer"));
+    layout = uniform_mailbox_layout(transport.size(), {options.slots, options.slot_bytes});
   }
-  if (options.slot_bytes < kSlotHeaderBytes + 64 || options.slot_bytes % 64 != 0) {
+  if (layout->size() != transport.size()) {
     return make_status(StatusCode::kInvalidArgument,
-                       "mailbox: slot of %zu bytes (needs a multiple of 64, at least %zu)",
-                       options.slot_bytes, kSlotHeaderBytes + 64);
+                       "mailbox: a layout of %d ranks for a transport of %d", layout->size(),
+                       transport.size());
   }
-  std::unique_ptr<Mailbox> box(new Mailbox(transport, options));
-  const uint64_t bytes =
-      mailbox_registered_bytes(transport.size(), options.slots, options.slot_bytes, false);
+  EC_RETURN_IF_ERROR(check_shape(layout->data_shape(), "per data peer"));
+  std::unique_ptr<Mailbox> box(new Mailbox(transport, options, std::move(layout)));
+  const int me = transport.rank();
+  const MailboxLayout& lay = *box->layout_;
+  for (int peer = 0; peer < transport.size(); ++peer) {
+    if (peer == me) continue;
+    Peer& p = box->peers_[peer];
+    const SlotShape shape = lay.shape(me, peer);
+    if (shape.slot_bytes > lay.data_shape().slot_bytes) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "mailbox: rank %d's slots (%zu bytes) exceed the layout's data shape",
+                         peer, shape.slot_bytes);
+    }
+    EC_RETURN_IF_ERROR(check_shape(shape, "for a peer"));
+    p.slots = shape.slots;
+    p.slot_bytes = shape.slot_bytes;
+    p.inbox_offset = lay.offset(me, peer);
+    p.free_mask = all_slots_mask(p.slots);
+    p.held.assign(p.slots, nullptr);
+    if (shape.slot_bytes == lay.data_shape().slot_bytes) ++box->stats_.data_peers;
+  }
+  const uint64_t bytes = mailbox_registered_bytes(lay, me, false);
   EC_ASSIGN_OR_RETURN(box->inbox_, transport.allocate(bytes, MemoryKind::kHost));
   box->stats_.registered_bytes = bytes;
   return box;
@@ -67,34 +91,36 @@ Result<std::unique_ptr<Mailbox>> Mailbox::create(Transport& transport,
 const std::vector<uint8_t>& Mailbox::inbox_key() const { return inbox_->remote_key(); }
 
 uint8_t* Mailbox::inbox_slot(int sender, uint32_t slot) const {
-  return static_cast<uint8_t*>(inbox_->data()) +
-         (static_cast<size_t>(sender) * slots_ + slot) * slot_bytes_;
+  const Peer& p = peers_[sender];
+  return static_cast<uint8_t*>(inbox_->data()) + p.inbox_offset + slot * p.slot_bytes;
 }
 
+// The staging copy has the inbox's layout: what this rank keeps for a peer is the shape of its
+// slots there (the layout is symmetric).
 uint8_t* Mailbox::staging_slot(int peer, uint32_t slot) const {
-  return static_cast<uint8_t*>(staging_->data()) +
-         (static_cast<size_t>(peer) * slots_ + slot) * slot_bytes_;
+  const Peer& p = peers_[peer];
+  return static_cast<uint8_t*>(staging_->data()) + p.inbox_offset + slot * p.slot_bytes;
 }
 
 Status Mailbox::connect_peer(int peer, std::span<const uint8_t> inbox_key) {
-  if (peer < 0 || peer >= transport_.size()) {
+  if (peer < 0 || peer >= transport_.size() || peer == transport_.rank()) {
     return make_status(StatusCode::kInvalidArgument, "mailbox: peer %d out of range", peer);
   }
   Peer& p = peers_[peer];
   EC_ASSIGN_OR_RETURN(p.remote, transport_.import_region(peer, inbox_key));
-  const size_t need = static_cast<size_t>(transport_.size()) * slots_ * slot_bytes_;
+  const size_t need = layout_->inbox_bytes(peer);
   if (p.remote->size() != need) {
     return make_status(StatusCode::kMismatch,
                        "mailbox: rank %d's inbox has %zu bytes, this rank expects %zu (do the "
                        "ranks use the same EAGERCOMM_SLOTS and EAGERCOMM_SLOT_BYTES?)",
                        peer, p.remote->size(), need);
   }
-  p.remote_offset = static_cast<size_t>(transport_.rank()) * slots_ * slot_bytes_;
+  p.remote_offset = layout_->offset(peer, transport_.rank());
   uint8_t* mapped = direct_ ? static_cast<uint8_t*>(transport_.mapped_address(*p.remote)) : nullptr;
   if (mapped) {
     p.mapped = mapped + p.remote_offset;
   } else if (!staging_) {
-    const uint64_t bytes = mailbox_registered_bytes(transport_.size(), slots_, slot_bytes_, false);
+    const uint64_t bytes = mailbox_registered_bytes(*layout_, transport_.rank(), false);
     EC_ASSIGN_OR_RETURN(staging_, transport_.allocate(bytes, MemoryKind::kHost));
     stats_.registered_bytes += bytes;
   }
@@ -109,7 +135,7 @@ bool Mailbox::try_acquire(int peer, SendSlot* out) {
   const uint32_t slot = static_cast<uint32_t>(__builtin_ctzll(usable));
   p.free_mask &= ~(uint64_t{1} << slot);
   uint8_t* base =
-      p.mapped ? p.mapped + static_cast<size_t>(slot) * slot_bytes_ : staging_slot(peer, slot);
+      p.mapped ? p.mapped + static_cast<size_t>(slot) * p.slot_bytes : staging_slot(peer, slot);
   out->peer = peer;
   out->slot = slot;
   out->user_header = base + kMailboxHeaderBytes;
@@ -124,6 +150,16 @@ uint32_t Mailbox::credits(int peer) const {
 
 Status Mailbox::send(const SendSlot& slot, size_t payload_bytes) {
   Peer& p = peers_[slot.peer];
+  if (payload_bytes > p.slot_bytes - kSlotHeaderBytes) {
+    // A caller that chose a peer the layout gives no data slots: refused before anything is
+    // written past the slot. The slot goes back.
+    p.free_mask |= uint64_t{1} << slot.slot;
+    return make_status(StatusCode::kInternal,
+                       "mailbox: %zu bytes for rank %d, whose slots take %zu (the layout gives it "
+                       "%s slots)",
+                       payload_bytes, slot.peer, p.slot_bytes - kSlotHeaderBytes,
+                       p.slot_bytes == slot_bytes_ ? "data" : "control");
+  }
   const uint32_t seq = p.send_seq++;
   MailboxHeader h{kSlotMagic, static_cast<uint32_t>(payload_bytes), seq, 0};
   uint8_t* base = slot.user_header - kMailboxHeaderBytes;
@@ -146,8 +182,8 @@ Status Mailbox::send_control(int peer, uint32_t code) {
 Status Mailbox::issue(int peer, const Pending& pending) {
   if (pending.kind == Pending::Kind::kNotify) return transport_.notify(peer, pending.tag);
   Peer& p = peers_[peer];
-  const size_t local_off = (static_cast<size_t>(peer) * slots_ + pending.slot) * slot_bytes_;
-  const size_t remote_off = p.remote_offset + static_cast<size_t>(pending.slot) * slot_bytes_;
+  const size_t local_off = p.inbox_offset + static_cast<size_t>(pending.slot) * p.slot_bytes;
+  const size_t remote_off = p.remote_offset + static_cast<size_t>(pending.slot) * p.slot_bytes;
   const uint64_t cookie = (static_cast<uint64_t>(peer) << 8) | pending.slot;
   return transport_.write(*staging_, local_off, *p.remote, remote_off, pending.bytes, pending.tag,
                           cookie);
@@ -161,6 +197,7 @@ Status Mailbox::post(int peer, const Pending& pending) {
     Status s = issue(peer, pending);
     if (s.code() != StatusCode::kBusy) return s;
   }
+  if (p.deferred.empty()) deferred_peers_.push_back(peer);
   p.deferred.push_back(pending);
   ++stats_.deferred;
   return Status::Ok();
@@ -168,7 +205,8 @@ Status Mailbox::post(int peer, const Pending& pending) {
 
 bool Mailbox::flush() {
   bool any = false;
-  for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) {
+  for (size_t i = 0; i < deferred_peers_.size();) {
+    const int peer = deferred_peers_[i];
     Peer& p = peers_[peer];
     while (!p.deferred.empty()) {
       Status s = issue(peer, p.deferred.front());
@@ -178,15 +216,14 @@ bool Mailbox::flush() {
       p.deferred.pop_front();
       any = true;
     }
+    if (p.deferred.empty()) {
+      deferred_peers_[i] = deferred_peers_.back();
+      deferred_peers_.pop_back();
+    } else {
+      ++i;
+    }
   }
   return any;
-}
-
-bool Mailbox::has_deferred() const {
-  for (const Peer& p : peers_) {
-    if (!p.deferred.empty()) return true;
-  }
-  return false;
 }
 
 void Mailbox::return_credit(int peer, uint32_t slot) {
@@ -211,9 +248,12 @@ void Mailbox::send_due_credits(int peer) {
 }
 
 bool Mailbox::return_due_credits() {
-  if (!credits_due_) return false;
-  credits_due_ = false;
-  for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) send_due_credits(peer);
+  if (credit_peers_.empty()) return false;
+  for (const int peer : credit_peers_) {
+    peers_[peer].credit_listed = false;
+    send_due_credits(peer);
+  }
+  credit_peers_.clear();
   return true;
 }
 
@@ -237,10 +277,10 @@ MailboxEvent Mailbox::on_completion(const TransportCompletion& c) {
   }
   Peer& p = peers_[peer];
   if (c.kind == TransportCompletion::Kind::kWriteDone) {
-    // The cookie is this mailbox's own (slot < slots_ <= 64); a transport that hands back
+    // The cookie is this mailbox's own (slot < the peer's slots <= 64); a transport that hands back
     // anything else must not make the shift undefined.
     const uint64_t slot = c.cookie & 0xff;
-    if (slot < slots_) p.writing_mask &= ~(uint64_t{1} << slot);
+    if (slot < p.slots) p.writing_mask &= ~(uint64_t{1} << slot);
     return ev;
   }
   if (c.kind == TransportCompletion::Kind::kPeerError) {
@@ -267,7 +307,7 @@ MailboxEvent Mailbox::on_completion(const TransportCompletion& c) {
     ev.control = c.tag & 0x0fffffffu;
     return ev;
   }
-  if (slot >= slots_) return protocol_error("a slot index out of range");
+  if (slot >= p.slots) return protocol_error("a slot index out of range");
   if (kind == mailbox_tag::kCredit) {
     const uint64_t bit = uint64_t{1} << slot;
     if (p.free_mask & bit) return protocol_error("a credit for a slot that was free");
@@ -285,7 +325,9 @@ MailboxEvent Mailbox::on_completion(const TransportCompletion& c) {
   MailboxHeader h;
   std::memcpy(&h, base, sizeof(h));
   if (h.magic != kSlotMagic) return protocol_error("a slot without the mailbox magic");
-  if (h.payload_bytes > payload_capacity()) return protocol_error("a payload larger than a slot");
+  if (h.payload_bytes > p.slot_bytes - kSlotHeaderBytes) {
+    return protocol_error("a payload larger than a slot");
+  }
   if (h.seq != p.recv_seq || mailbox_tag::low(c.tag) != (h.seq & 0xfffffu)) {
     return protocol_error("a message out of sequence");
   }
@@ -300,7 +342,7 @@ MailboxEvent Mailbox::on_completion(const TransportCompletion& c) {
   m->payload_bytes = h.payload_bytes;
   m->spilled = false;
   p.held[slot] = m;
-  if (++p.held_count == slots_) spill_oldest(peer);
+  if (++p.held_count == p.slots) spill_oldest(peer);
   ev.kind = MailboxEvent::Kind::kMessage;
   ev.message = m;
   return ev;
@@ -336,9 +378,12 @@ void Mailbox::release(InMessage* m) {
     // half of this sender's slots wait for their credit, so that a sender never stalls on
     // them while this rank is busy. (Measured: the credit's ring push and wake-up check were
     // ~100 cycles of an 8-byte allreduce between reducing and completing.)
+    if (!p.credit_listed) {
+      p.credit_listed = true;
+      credit_peers_.push_back(m->peer);
+    }
     p.credits_due |= uint64_t{1} << m->slot;
-    credits_due_ = true;
-    if (static_cast<uint32_t>(std::popcount(p.credits_due)) * 2 >= slots_) {
+    if (static_cast<uint32_t>(std::popcount(p.credits_due)) * 2 >= p.slots) {
       send_due_credits(m->peer);
     }
   }

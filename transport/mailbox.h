@@ -2,8 +2,9 @@
 //
 // One-sided writes need a place to land that the receiver has set aside and a way for the
 // sender to know when it may reuse it. Every rank allocates one inbox region (transport
-// memory) holding, for each peer, `slots` slots of `slot_bytes`; peers import its key at
-// bootstrap. A send fills a slot of the peer's inbox (directly, through mapped memory, when
+// memory) holding slots for each peer, as many and as large as the layout gives that peer
+// (mailbox_layout.h; by default `slots` slots of `slot_bytes` for every peer); peers import its
+// key at bootstrap. A send fills a slot of the peer's inbox (directly, through mapped memory, when
 // the transport offers it and EAGERCOMM_DIRECT is on; otherwise in a local staging slot that is
 // then written) and notifies the peer with a tag naming the slot. The receiver hands the
 // message to its consumer, which releases it when done; the release returns a credit.
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "runtime/status.h"
+#include "transport/mailbox_layout.h"
 #include "transport/transport.h"
 
 namespace eagercomm {
@@ -81,17 +83,17 @@ struct MailboxStats {
   // Registered memory: the inbox, plus the staging copy once a peer cannot be stored to directly.
   uint64_t registered_bytes = 0;
   uint32_t connected_peers = 0;  // peers whose inbox this rank imported
+  // Peers with slots of the layout's data shape (the others take headers and short texts).
+  uint32_t data_peers = 0;
 };
-
-// The memory a mailbox registers in a job of `size` ranks: its inbox (every rank's slots, its own
-// included, so that offsets are rank * slots * slot_bytes everywhere) and, `staged`, the
-// staging copy of the peers' inboxes where a transport cannot store into them.
-uint64_t mailbox_registered_bytes(int size, uint32_t slots, size_t slot_bytes, bool staged);
 
 class Mailbox {
  public:
+  // Every peer gets `options.slots` slots of `options.slot_bytes`, or what `layout` gives it
+  // (then options' sizes are unused; the layout's data shape is what payload_capacity() says).
   static Result<std::unique_ptr<Mailbox>> create(Transport& transport,
-                                                 const MailboxOptions& options);
+                                                 const MailboxOptions& options,
+                                                 std::unique_ptr<MailboxLayout> layout = nullptr);
   ~Mailbox();
   Mailbox(const Mailbox&) = delete;
   Mailbox& operator=(const Mailbox&) = delete;
@@ -101,8 +103,13 @@ class Mailbox {
   // Imports `peer`'s inbox key (once, at bootstrap).
   Status connect_peer(int peer, std::span<const uint8_t> inbox_key);
 
+  // The largest payload of a data peer's slot; payload_capacity(peer) for one peer's (smaller
+  // where the layout gives the peer control slots only). A send of more fails.
   size_t payload_capacity() const { return slot_bytes_ - kSlotHeaderBytes; }
-  uint32_t slots() const { return slots_; }
+  size_t payload_capacity(int peer) const { return peers_[peer].slot_bytes - kSlotHeaderBytes; }
+  // Slots towards `peer`.
+  uint32_t slots(int peer) const { return peers_[peer].slots; }
+  const MailboxLayout& layout() const { return *layout_; }
   bool direct() const { return direct_; }
 
   // A free slot of `peer`'s inbox, or false when every slot is in use (no credit).
@@ -125,7 +132,7 @@ class Mailbox {
   // Retries sends deferred by back-pressure. Returns true when something was sent.
   bool flush();
   // True while sends wait for room at a peer (flush() must be called again).
-  bool has_deferred() const;
+  bool has_deferred() const { return !deferred_peers_.empty(); }
   // The same for sends to `peer` alone: true while it is not taking what it is sent.
   bool has_deferred(int peer) const { return !peers_[peer].deferred.empty(); }
   // Sends the credits that release() kept back; true if it sent any. The engine calls it when
@@ -143,6 +150,9 @@ class Mailbox {
     size_t bytes;
   };
   struct Peer {
+    uint32_t slots = 0;  // this pair's shape (the layout's, the same both ways)
+    size_t slot_bytes = 0;
+    size_t inbox_offset = 0;  // its slots in this rank's inbox (and in the staging copy)
     std::unique_ptr<RemoteRegion> remote;
     uint8_t* mapped = nullptr;  // our slots in the peer's inbox, when stored to directly
     size_t remote_offset = 0;   // where our slots start in the peer's inbox
@@ -152,11 +162,13 @@ class Mailbox {
     uint32_t recv_seq = 0;
     std::vector<InMessage*> held;  // by slot index: messages not yet released
     uint32_t held_count = 0;
-    uint64_t credits_due = 0;  // released slots whose credit is not sent yet
+    uint64_t credits_due = 0;    // released slots whose credit is not sent yet
+    bool credit_listed = false;  // in credit_peers_
     std::deque<Pending> deferred;
   };
 
-  Mailbox(Transport& transport, const MailboxOptions& options);
+  Mailbox(Transport& transport, const MailboxOptions& options,
+          std::unique_ptr<MailboxLayout> layout);
   uint8_t* inbox_slot(int sender, uint32_t slot) const;
   uint8_t* staging_slot(int peer, uint32_t slot) const;
   Status issue(int peer, const Pending& p);
@@ -167,10 +179,13 @@ class Mailbox {
   InMessage* new_message();
 
   Transport& transport_;
-  const size_t slot_bytes_;
-  const uint32_t slots_;
+  std::unique_ptr<MailboxLayout> layout_;
+  const size_t slot_bytes_;  // the layout's data shape
   bool direct_;
-  bool credits_due_ = false;  // some peer has credits_due
+  // Peers with deferred sends and with credits due: the passes over them touch only those,
+  // not every rank of a large job.
+  std::vector<int> deferred_peers_;
+  std::vector<int> credit_peers_;
   std::unique_ptr<MemoryRegion> inbox_;
   std::unique_ptr<MemoryRegion> staging_;  // only when some peer is not stored to directly
   std::vector<Peer> peers_;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "collectives/engine/op.h"
 
@@ -44,6 +45,17 @@ Algo choose_allreduce(const Config& config, size_t bytes, size_t payload_capacit
                       bool maps_peer_memory, size_t small_max_bytes);
 // The allreduce state machine named by sig.reserved (an Algo).
 std::shared_ptr<Op> make_allreduce(OpSignature sig, const void* in, void* out);
+
+// Recursive doubling over any P (allreduce_rd.cc): the real rank of doubling rank `pn` when the
+// first 2 * `rem` ranks were folded into pairs.
+inline int rd_real_rank(int pn, int rem) { return pn < rem ? pn * 2 + 1 : pn + rem; }
+
+// Every peer that an algorithm run over the mailbox may send a payload to or receive one from,
+// sorted: the ring and chain neighbours (r +- 1), the trees, the dissemination barrier and the
+// activation flood (r +- 2^k, over every root and initiator) and the recursive-doubling
+// partners, folded pairs included. The relation is symmetric. Algorithms that talk to every
+// peer (direct allreduce, small boxes) do not go through the mailbox slots this decides.
+std::vector<int> data_partners(int rank, int size);
 
 // A protocol error about a message of `op` from `peer`.
 Status bad_message(const Op& op, int peer, const char* what);

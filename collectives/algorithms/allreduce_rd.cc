@@ -102,7 +102,7 @@ class RdAllreduce final : public QueuedOp {
             break;
           }
           const int pn = newrank_ ^ mask_;
-          const int partner = pn < rem_ ? pn * 2 + 1 : pn + rem_;
+          const int partner = rd_real_rank(pn, rem_);
           const uint32_t step = static_cast<uint32_t>(1 + __builtin_ctz(mask_));
           if (!sent_) {
             EC_ASSIGN_OR_RETURN(const bool sent, send_out(ctx, partner, step));

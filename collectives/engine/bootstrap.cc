@@ -22,65 +22,79 @@ void Bootstrap::report_failure(const Status& why) {
   (void)store_.add(prefix_ + "failed", 1);
 }
 
+// Store traffic: every rank sets its own keys and compares with rank 0's (O(1) requests per
+// rank, O(P) in all); the waits for everybody are a counter and one flag (arrive()), not a
+// look at every rank's key by every rank (P^2 requests, minutes at P = 4096 on one store).
 Status Bootstrap::join() {
   // Settings every rank must share, published before the size: once a rank's size is there,
   // so are they.
   const std::string small = std::to_string(config_.small_max_bytes);
   EC_RETURN_IF_ERROR(store_.set(key("smallmax/", rank_), to_bytes(small)));
   EC_RETURN_IF_ERROR(store_.set(key("size/", rank_), to_bytes(std::to_string(size_))));
-  // Rank 0 exists in every world: comparing sizes with it first turns "started with different
-  // world sizes" into an immediate error instead of a wait for ranks that will never come.
+  // Rank 0 exists in every world, and every rank compares with it: a rank that differs reports
+  // it (report_failure(), by its caller), and the others, waiting for it below, fail with its
+  // report at once instead of waiting for ranks that will never come.
   if (rank_ != 0) {
     EC_ASSIGN_OR_RETURN(Bytes size0, store_.get(key("size/", 0), config_.timeout));
     if (to_string(size0) != std::to_string(size_)) {
       return make_status(StatusCode::kMismatch,
-                         "bootstrap: rank 0 was started with world size %s, rank %d with %d",
-                         to_string(size0).c_str(), rank_, size_);
+                         "bootstrap: rank %d was started with world size %d, rank 0 with %s", rank_,
+                         size_, to_string(size0).c_str());
     }
-  }
-  EC_RETURN_IF_ERROR(wait_for_all("size/"));
-  for (int peer = 0; peer < size_; ++peer) {
-    EC_ASSIGN_OR_RETURN(Bytes psize, store_.get(key("size/", peer), config_.timeout));
-    if (to_string(psize) != std::to_string(size_)) {
+    EC_ASSIGN_OR_RETURN(Bytes small0, store_.get(key("smallmax/", 0), config_.timeout));
+    if (to_string(small0) != small) {
       return make_status(StatusCode::kMismatch,
-                         "bootstrap: rank %d was started with world size %s, rank %d with %d", peer,
-                         to_string(psize).c_str(), rank_, size_);
-    }
-    EC_ASSIGN_OR_RETURN(Bytes psmall, store_.get(key("smallmax/", peer), config_.timeout));
-    if (to_string(psmall) != small) {
-      return make_status(StatusCode::kMismatch,
-                         "bootstrap: rank %d has EAGERCOMM_SMALL_MAX_BYTES=%s, rank %d has %s (it "
+                         "bootstrap: rank %d has EAGERCOMM_SMALL_MAX_BYTES=%s, rank 0 has %s (it "
                          "must be the same on every rank)",
-                         peer, to_string(psmall).c_str(), rank_, small.c_str());
+                         rank_, small.c_str(), to_string(small0).c_str());
     }
   }
-  return Status::Ok();
+  return arrive("size/");
+}
+
+Status Bootstrap::arrive(const std::string& prefix) {
+  // The per-rank key (set by the caller) names the missing ranks at a timeout; the counter
+  // tells the last one to arrive, which raises the flag everybody waits for.
+  EC_ASSIGN_OR_RETURN(const int64_t arrived, store_.add(prefix_ + prefix + "count", 1));
+  if (arrived == size_) EC_RETURN_IF_ERROR(store_.set(prefix_ + prefix + "all", to_bytes("1")));
+  if (arrived > size_) {
+    return make_status(StatusCode::kMismatch,
+                       "bootstrap: %lld ranks arrived at '%s' of a world of %d (two jobs share "
+                       "the store scope '%s'?)",
+                       static_cast<long long>(arrived), prefix.c_str(), size_, scope_.c_str());
+  }
+  return wait_for_all(prefix);
 }
 
 Status Bootstrap::wait_for_all(const std::string& prefix) {
-  std::vector<std::string> keys;
-  for (int peer = 0; peer < size_; ++peer) keys.push_back(key(prefix, peer));
+  const std::vector<std::string> flag{prefix_ + prefix + "all"};
   // Wait in slices, looking between them for ranks that reported a failure to join.
   const auto deadline = deadline_after(config_.timeout);
   Status waited;
   for (;;) {
-    waited = store_.wait(keys, std::chrono::milliseconds(50));
+    waited = store_.wait(flag, std::chrono::milliseconds(50));
     if (waited.code() != StatusCode::kTimeout) break;
     if (store_.get(prefix_ + "failed", std::chrono::milliseconds(1)).ok()) {
       for (int peer = 0; peer < size_; ++peer) {
         auto why = store_.get(key("failed/", peer), std::chrono::milliseconds(1));
-        if (why.ok()) {
-          return make_status(StatusCode::kPeerFailed, "bootstrap: rank %d failed to join: %s", peer,
-                             to_string(why.value()).c_str());
+        if (!why.ok()) continue;
+        // A rank that differs from the others says how; that is this rank's error too.
+        const std::string text = to_string(why.value());
+        const std::string mismatch = std::string(status_code_name(StatusCode::kMismatch)) + ": ";
+        if (text.starts_with(mismatch)) {
+          return Status(StatusCode::kMismatch, text.substr(mismatch.size()));
         }
+        return make_status(StatusCode::kPeerFailed, "bootstrap: rank %d failed to join: %s", peer,
+                           text.c_str());
       }
     }
     if (std::chrono::steady_clock::now() >= deadline) break;
   }
   if (waited.ok() || waited.code() != StatusCode::kTimeout) return waited;
+  // Only now, at the timeout, one look per rank: who never came.
   std::string missing;
   for (int peer = 0; peer < size_; ++peer) {
-    if (store_.get(keys[peer], std::chrono::milliseconds(1)).ok()) continue;
+    if (store_.get(key(prefix, peer), std::chrono::milliseconds(1)).ok()) continue;
     missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
   }
   return make_status(StatusCode::kTimeout,
@@ -93,7 +107,7 @@ Status Bootstrap::connect(Transport& transport, Mailbox& mailbox, SmallBoxes* sm
   if (small) EC_RETURN_IF_ERROR(store_.set(key("small/", rank_), small->key()));
   // The inbox key goes last: its presence means the rank has published everything.
   EC_RETURN_IF_ERROR(store_.set(key("inbox/", rank_), mailbox.inbox_key()));
-  EC_RETURN_IF_ERROR(wait_for_all("inbox/"));
+  EC_RETURN_IF_ERROR(arrive("inbox/"));
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     EC_ASSIGN_OR_RETURN(Bytes addr, store_.get(key("addr/", peer), config_.timeout));
@@ -106,7 +120,7 @@ Status Bootstrap::connect(Transport& transport, Mailbox& mailbox, SmallBoxes* sm
   // a second, so a healthy but slower rank would be reported lost (issue 18, defect 2; perftest
   // and NCCL handshake once more after RTR for the same reason).
   EC_RETURN_IF_ERROR(store_.set(key("connected/", rank_), to_bytes("1")));
-  EC_RETURN_IF_ERROR(wait_for_all("connected/"));
+  EC_RETURN_IF_ERROR(arrive("connected/"));
   return small ? connect_small_boxes(*small) : Status::Ok();
 }
 

@@ -1,10 +1,11 @@
 // Internal: how a communicator's ranks find each other through the store. Not installed.
 //
-// Every rank first announces its world size and the settings all ranks must share, and waits
-// for every other rank (join), before anything else (transport selection included) depends on
-// them: a rank that never comes or was started with another world size is reported by name.
-// Then each publishes its transport address, its small boxes and its inbox, connects to every
-// peer, and waits until every peer has connected (connect). Keys live under `scope`.
+// Every rank first announces its world size and the settings all ranks must share, compares
+// them with rank 0's and waits for every other rank (join), before anything else (transport
+// selection included) depends on them: a rank that never comes or was started with another world
+// size is reported by name. Then each publishes its transport address, its small boxes and its
+// inbox, connects to every peer, and waits until every peer has connected (connect). Keys live
+// under `scope`.
 #pragma once
 
 #include <string>
@@ -36,8 +37,10 @@ class Bootstrap {
   void report_failure(const Status& why);
 
  private:
-  // Waits until `prefix`<r> is set for every rank r; fails early when a rank reported a
-  // failure to join, and names the missing ranks at the timeout.
+  // This rank has set `prefix`<rank>: counts it in and waits until every rank has (arrive());
+  // fails early when a rank reported a failure to join, and names the missing ranks at the
+  // timeout (wait_for_all()).
+  Status arrive(const std::string& prefix);
   Status wait_for_all(const std::string& prefix);
   // After every rank published: maps the peers' small boxes.
   Status connect_small_boxes(SmallBoxes& small);

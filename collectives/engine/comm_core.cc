@@ -8,6 +8,7 @@
 #include "collectives/collective_log.h"
 #include "collectives/engine/bootstrap.h"
 #include "collectives/engine/control.h"
+#include "collectives/engine/partner_layout.h"
 #include "runtime/deadline.h"
 #include "transport/registry.h"
 
@@ -68,11 +69,13 @@ Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::stri
   core->engine_ = std::make_unique<Engine>(*core, eopts);
   if (config.progress_thread == ProgressThreadMode::kOn) core->engine_->start_thread();
   core->watchdog_.start(*core->engine_, *core->mailbox_, caps.ranks_in_one_process);
+  const MailboxStats mail = core->mailbox_->stats();
   EC_INFO(kInit,
-          "communicator of %d ranks ready on transport %s (%s stores, %u slots of %zu "
-          "bytes per peer)",
+          "communicator of %d ranks ready on transport %s (%s stores; data slots for %u peers, "
+          "up to %u of %zu bytes each, control slots for the others; %.1f MiB registered)",
           size, core->transport_name_.c_str(), core->mailbox_->direct() ? "direct" : "staged",
-          config.slots, config.slot_bytes);
+          mail.data_peers, config.slots, config.slot_bytes,
+          static_cast<double>(mail.registered_bytes) / (1 << 20));
   return core;
 }
 
@@ -82,7 +85,14 @@ Status CommCore::setup(Bootstrap& boot, bool in_process) {
   EC_ASSIGN_OR_RETURN(transport_name_, resolve_transport_name(config_.transport, params));
   EC_ASSIGN_OR_RETURN(transport_, create_transport(transport_name_, params));
   MailboxOptions mopts{config_.slot_bytes, config_.slots, config_.direct};
-  EC_ASSIGN_OR_RETURN(mailbox_, Mailbox::create(*transport_, mopts));
+  // Ranks that share this process (inproc) keep full slots for every peer: the direct allreduce
+  // sends its buffers' keys to all of them, and nothing is pinned. Elsewhere a rank registers
+  // memory for its algorithms' partners and control slots for the rest (partner_layout.h).
+  std::unique_ptr<MailboxLayout> layout;
+  if (!transport_->maps_peer_memory()) {
+    layout = partner_mailbox_layout(rank_, size_, SlotShape{config_.slots, config_.slot_bytes});
+  }
+  EC_ASSIGN_OR_RETURN(mailbox_, Mailbox::create(*transport_, mopts, std::move(layout)));
   EC_RETURN_IF_ERROR(make_small_boxes());
   ctx_ = OpContext{rank_, size_, mailbox_.get(), transport_.get(), &config_, small_.get()};
   return boot.connect(*transport_, *mailbox_, small_.get());

@@ -101,7 +101,7 @@ std::chrono::nanoseconds CommCore::send_due_probes() {
     for (; op->probe_next < size_; ++op->probe_next) {
       const int peer = op->probe_next;
       if (peer == rank_ || gone_.gone(peer)) continue;
-      if (mailbox_->credits(peer) <= mailbox_->slots() / 2) break;
+      if (mailbox_->credits(peer) <= mailbox_->slots(peer) / 2) break;
       MsgHeader h;
       h.key = op->key();
       h.sig = op->sig();

@@ -22,7 +22,7 @@ int NoticeQueue::send(Mailbox& mailbox, const Transport& transport) {
       continue;
     }
     std::memcpy(slot.user_header, &it->header, sizeof(MsgHeader));
-    const size_t n = std::min(it->text.size(), mailbox.payload_capacity());
+    const size_t n = std::min(it->text.size(), mailbox.payload_capacity(it->peer));
     std::memcpy(slot.payload, it->text.data(), n);
     Status s = mailbox.send(slot, n);
     if (!s.ok() && transport.peer_left(it->peer)) {

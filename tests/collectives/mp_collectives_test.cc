@@ -9,11 +9,13 @@
 // A failing rank exits non-zero and the launcher stops the others. Run alone it is a one-rank job.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
 
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/communicator.h"
 #include "collectives/kernels/element_value.h"
 #include "tests/collectives/collective_cases.h"
@@ -167,14 +169,30 @@ TEST(MultiProcess, EveryMismatchedPairFailsOnEveryRankAtOnce) {
   run_every_mismatched_pair(*g_comm, std::chrono::seconds(15));
 }
 
-// What a rank holds for its peers (issue 21 measures its way down from here): a connection to
-// every other rank, and EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES of mailbox per rank of the job,
-// twice that where writes are staged; on shm, which stores into the peers' memory, once.
+// What a rank holds for its peers (issue 21): a connection to every other rank; mailbox slots
+// EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES for the ring neighbours, half as many for the other
+// peers the algorithms send data to, 4 x 1 KiB for the rest; twice that where writes are
+// staged; on shm, which stores into the peers' memory, once.
 void expect_peer_resources(Communicator& c, uint32_t slots, size_t slot_bytes) {
   const CommunicatorStats st = c.stats();
-  const uint64_t inbox = static_cast<uint64_t>(c.size()) * slots * slot_bytes;
-  EXPECT_EQ(st.connected_peers, static_cast<uint32_t>(c.size() - 1));
-  if (c.transport_name() == "shm" || c.size() == 1) {
+  const int P = c.size(), r = c.rank();
+  const std::vector<int> partners = detail::data_partners(r, P);
+  uint64_t inbox = 0;
+  for (int q = 0; q < P; ++q) {
+    if (q == r) continue;
+    const int d = (q - r + P) % P;
+    if (d == 1 || d == P - 1) {
+      inbox += uint64_t{slots} * slot_bytes;
+    } else if (std::find(partners.begin(), partners.end(), q) != partners.end()) {
+      inbox += uint64_t{std::max<uint32_t>(2, slots / 2)} * slot_bytes;
+    } else {
+      inbox += 4 * 1024;
+    }
+  }
+  if (P == 1) inbox = uint64_t{slots} * slot_bytes;  // one area, never written
+  EXPECT_EQ(st.connected_peers, static_cast<uint32_t>(P - 1));
+  EXPECT_EQ(st.data_peers, static_cast<uint32_t>(partners.size()));
+  if (c.transport_name() == "shm" || P == 1) {
     EXPECT_EQ(st.mailbox_bytes, inbox);
   } else if (c.transport_name() == "verbs") {
     EXPECT_EQ(st.mailbox_bytes, 2 * inbox);

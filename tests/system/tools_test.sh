@@ -33,12 +33,13 @@ fi
 EAGERCOMM_SLOT_BYTES=1M "$info" -c | grep -A1 '^EAGERCOMM_SLOT_BYTES=1MiB' | grep -q 'source: environment' \
   || fail "eagercomm-info does not say where a value came from"
 
-# The resources a rank holds for its peers, from the configuration: 4 slots of 64 KiB per rank,
-# at 1024 ranks 1023 connections, 256 MiB of mailbox, 512 MiB where writes are staged.
+# The resources a rank holds for its peers, from the configuration: at 1024 ranks 1023
+# connections, 19 data peers (r +- 2^k) with 4 (neighbours) or 2 slots of 64 KiB, 4 x 1 KiB for
+# the 1004 others: 6.5 MiB of mailbox, 13.1 MiB where writes are staged.
 EAGERCOMM_SLOTS=4 EAGERCOMM_SLOT_BYTES=64K "$info" -c >"$tmp/res.txt"
-grep -Eq '^# +1024 +1023 +256\.0 +512\.0$' "$tmp/res.txt" \
+grep -Eq '^# +1024 +1023 +19 +6\.5 +13\.1$' "$tmp/res.txt" \
   || fail "eagercomm-info's resources per rank: $(grep -A8 '^# resources' "$tmp/res.txt")"
-"$info" -c | grep -Eq '^# +8 +7 +16\.0 +32\.0$' \
+"$info" -c | grep -Eq '^# +8 +7 +5 +7\.0 +14\.0$' \
   || fail "eagercomm-info's resources per rank with the default 8 x 256 KiB slots"
 
 if EAGERCOMM_SLOTS=1 EAGERCOMM_TRANSPORT=tcp "$info" >"$tmp/out" 2>"$tmp/err"; then
