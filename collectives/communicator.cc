@@ -278,8 +278,9 @@ OpSignature allreduce_signature(const detail::CommCore& core, const void* send, 
   }
   *error = precheck;
   const size_t n = bytes.ok() ? *bytes : 0;
-  sig.reserved = static_cast<uint8_t>(detail::choose_allreduce(
-      core.config(), n, core.payload_capacity(), core.maps_peer_memory(), core.small_max_bytes()));
+  sig.reserved = static_cast<uint8_t>(
+      detail::choose_allreduce(core.config(), core.size(), n, core.payload_capacity(),
+                               core.maps_peer_memory(), core.small_max_bytes()));
   return sig;
 }
 

@@ -19,6 +19,7 @@
 #include "collectives/partial/partial_meta.h"
 #include "collectives/partial/partial_shared.h"
 #include "collectives/partial/partial_stream.h"
+#include "runtime/clock.h"
 #include "runtime/deadline.h"
 #include "runtime/gpu.h"
 
@@ -249,19 +250,18 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type,
   // when this call returns. Other modes read no clock.
   const bool adaptive = s.mode.kind == PartialKind::kAdaptive;
   const bool measured = adaptive && impl_->measure_next_;
-  const uint64_t compute_us = measured
-                                  ? static_cast<uint64_t>(std::max<int64_t>(
-                                        std::chrono::duration_cast<std::chrono::microseconds>(
-                                            std::chrono::steady_clock::now() - impl_->idle_since_)
-                                            .count(),
-                                        0))
-                                  : 0;
+  const uint64_t compute_us = measured ? static_cast<uint64_t>(std::max<int64_t>(
+                                             std::chrono::duration_cast<std::chrono::microseconds>(
+                                                 RuntimeClock::now() - impl_->idle_since_)
+                                                 .count(),
+                                             0))
+                                       : 0;
   struct RestartCompute {
     Impl& pa;
     bool on;
     ~RestartCompute() {
       if (!on) return;
-      pa.idle_since_ = std::chrono::steady_clock::now();
+      pa.idle_since_ = RuntimeClock::now();
       pa.measure_next_ = true;
     }
   } restart{*impl_, adaptive};
@@ -371,7 +371,7 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
     std::chrono::steady_clock::time_point& since;
     bool on;
     ~RestartCompute() {
-      if (on) since = std::chrono::steady_clock::now();
+      if (on) since = RuntimeClock::now();
     }
   } restart{impl_->idle_since_, s.mode.kind == PartialKind::kAdaptive};
   EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "partial allreduce wait"));
@@ -397,7 +397,7 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
                  s.closed.load(std::memory_order_acquire);
         },
         check ? std::min(deadline, deadline_after(kCheckEvery)) : deadline);
-    if (!ready && check && Engine::Clock::now() < deadline) {
+    if (!ready && check && RuntimeClock::now() < deadline) {
       Status stop = check();
       if (stop.ok()) continue;
       impl_->last_timeout_ = "partial allreduce: rank " + std::to_string(s.rank) +

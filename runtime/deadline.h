@@ -11,6 +11,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include "runtime/clock.h"
 
 namespace eagercomm {
 
@@ -26,7 +27,7 @@ inline bool is_forever(std::chrono::steady_clock::time_point deadline) {
 // a zero one is `now` (a poll). For waits whose zero means "do not wait".
 inline std::chrono::steady_clock::time_point deadline_in(
     std::chrono::nanoseconds timeout,
-    std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
+    std::chrono::steady_clock::time_point now = RuntimeClock::now()) {
   if (timeout < std::chrono::nanoseconds::zero()) return kForever;
   if (timeout >= kForever - now) return kForever;
   return now + timeout;
@@ -36,7 +37,7 @@ inline std::chrono::steady_clock::time_point deadline_in(
 // spelling of "no limit") and for one that would pass the clock's end.
 inline std::chrono::steady_clock::time_point deadline_after(
     std::chrono::nanoseconds timeout,
-    std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
+    std::chrono::steady_clock::time_point now = RuntimeClock::now()) {
   if (timeout <= std::chrono::nanoseconds::zero()) return kForever;
   return deadline_in(timeout, now);
 }
@@ -44,7 +45,7 @@ inline std::chrono::steady_clock::time_point deadline_after(
 // Time left until `deadline`: zero once it passed, nanoseconds::max() for kForever.
 inline std::chrono::nanoseconds time_left(
     std::chrono::steady_clock::time_point deadline,
-    std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
+    std::chrono::steady_clock::time_point now = RuntimeClock::now()) {
   if (is_forever(deadline)) return std::chrono::nanoseconds::max();
   if (deadline <= now) return std::chrono::nanoseconds::zero();
   return deadline - now;
@@ -52,9 +53,8 @@ inline std::chrono::nanoseconds time_left(
 
 // poll()'s timeout until `deadline`: -1 for kForever, 0 once it passed, else the milliseconds
 // left rounded up (never waking before the deadline) and capped at INT_MAX.
-inline int poll_timeout_ms(
-    std::chrono::steady_clock::time_point deadline,
-    std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
+inline int poll_timeout_ms(std::chrono::steady_clock::time_point deadline,
+                           std::chrono::steady_clock::time_point now = RuntimeClock::now()) {
   if (is_forever(deadline)) return -1;
   if (deadline <= now) return 0;
   const int64_t ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();

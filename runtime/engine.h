@@ -22,6 +22,7 @@
 #include <functional>
 #include <thread>
 
+#include "runtime/clock.h"
 #include "runtime/event_count.h"
 #include "runtime/status.h"
 
@@ -60,7 +61,7 @@ struct EngineOptions {
 
 class Engine {
  public:
-  using Clock = std::chrono::steady_clock;
+  using Clock = RuntimeClock;
 
   Engine(ProgressSource& source, const EngineOptions& options);
   ~Engine();  // stops the progress thread

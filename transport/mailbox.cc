@@ -193,11 +193,11 @@ Status Mailbox::issue(int peer, const Pending& pending) {
 // order the receiver checks is kept.
 Status Mailbox::post(int peer, const Pending& pending) {
   Peer& p = peers_[peer];
-  if (p.deferred.empty()) {
+  if (!has_deferred(peer)) {
     Status s = issue(peer, pending);
     if (s.code() != StatusCode::kBusy) return s;
   }
-  if (p.deferred.empty()) deferred_peers_.push_back(peer);
+  if (!has_deferred(peer)) deferred_peers_.push_back(peer);
   p.deferred.push_back(pending);
   ++stats_.deferred;
   return Status::Ok();
@@ -208,15 +208,17 @@ bool Mailbox::flush() {
   for (size_t i = 0; i < deferred_peers_.size();) {
     const int peer = deferred_peers_[i];
     Peer& p = peers_[peer];
-    while (!p.deferred.empty()) {
-      Status s = issue(peer, p.deferred.front());
+    while (has_deferred(peer)) {
+      Status s = issue(peer, p.deferred[p.deferred_head]);
       if (s.code() == StatusCode::kBusy) break;
       if (!s.ok())
         EC_WARN(kNet, "mailbox: deferred send to rank %d failed: %s", peer, s.to_string().c_str());
-      p.deferred.pop_front();
+      ++p.deferred_head;
       any = true;
     }
-    if (p.deferred.empty()) {
+    if (!has_deferred(peer)) {
+      p.deferred.clear();
+      p.deferred_head = 0;
       deferred_peers_[i] = deferred_peers_.back();
       deferred_peers_.pop_back();
     } else {

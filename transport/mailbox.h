@@ -24,7 +24,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -134,7 +133,9 @@ class Mailbox {
   // True while sends wait for room at a peer (flush() must be called again).
   bool has_deferred() const { return !deferred_peers_.empty(); }
   // The same for sends to `peer` alone: true while it is not taking what it is sent.
-  bool has_deferred(int peer) const { return !peers_[peer].deferred.empty(); }
+  bool has_deferred(int peer) const {
+    return peers_[peer].deferred_head != peers_[peer].deferred.size();
+  }
   // Sends the credits that release() kept back; true if it sent any. The engine calls it when
   // a progress pass found nothing else to do, so credits leave off the critical path of the
   // operation that released them.
@@ -164,7 +165,10 @@ class Mailbox {
     uint32_t held_count = 0;
     uint64_t credits_due = 0;    // released slots whose credit is not sent yet
     bool credit_listed = false;  // in credit_peers_
-    std::deque<Pending> deferred;
+    // Sends waiting for room, oldest first: a vector and a head, which allocate nothing until
+    // used (a std::deque allocates when made, for every peer of a large job).
+    std::vector<Pending> deferred;
+    size_t deferred_head = 0;
   };
 
   Mailbox(Transport& transport, const MailboxOptions& options,

@@ -4,6 +4,7 @@
 #include "runtime/host_identity.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/sim/sim_network.h"
 #include "transport/transport_log.h"
 #if EAGERCOMM_HAVE_UCX
 #include "transport/ucx/ucx_transport.h"
@@ -41,6 +42,8 @@ constexpr Backend kBackends[] = {
 #else
     {"verbs", "InfiniBand / RoCE RC queue pairs with RDMA_WRITE_WITH_IMM", nullptr},
 #endif
+    {"sim", "a simulated network (LogGP) on a virtual clock, every rank in one process",
+     &sim::create_sim_transport},
 };
 
 std::string known_names() {
@@ -78,6 +81,9 @@ std::vector<TransportInfo> list_transports() {
                     : name == "verbs" ? "built without libibverbs (install libibverbs-dev "
                                         "librdmacm-dev and reconfigure)"
                                       : "not built into this library yet";
+    } else if (name == "sim" && !sim::sim_network_installed()) {
+      info.available = false;
+      info.reason = "only inside a simulation (eagercomm-sim)";
     } else if (name == "verbs") {  // usable only where an RDMA port is active
       if (Result<VerbsConfig> env = VerbsConfig::from_environ();
           env.ok() && env.value().verbs_emulate) {

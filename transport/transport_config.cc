@@ -6,7 +6,7 @@ namespace {
 
 using namespace config_units;
 
-constexpr std::string_view kTransportNames[] = {"auto", "inproc", "shm", "ucx", "verbs"};
+constexpr std::string_view kTransportNames[] = {"auto", "inproc", "shm", "ucx", "verbs", "sim"};
 
 constexpr ConfigRow kSelectionRows[] = {
     {.name = "EAGERCOMM_TRANSPORT",

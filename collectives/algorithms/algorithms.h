@@ -38,11 +38,18 @@ std::shared_ptr<Op> make_broadcast(OpSignature sig, void* buf);  // tree or chai
 std::shared_ptr<Op> make_ring_allgather(OpSignature sig, const void* in, void* out);
 std::shared_ptr<Op> make_barrier(OpSignature sig);
 
-// The allreduce algorithm for `bytes` under `config`, given the mailbox payload capacity,
-// whether the transport maps peers' memory, and the largest contribution the communicator's
-// small boxes take (0: it has none). Deterministic: ranks configured alike agree.
-Algo choose_allreduce(const Config& config, size_t bytes, size_t payload_capacity,
+// The allreduce algorithm for `bytes` at `size` ranks under `config`, given the mailbox payload
+// capacity, whether the transport maps peers' memory, and the largest contribution the
+// communicator's small boxes take (0: it has none). Deterministic: ranks configured alike agree.
+Algo choose_allreduce(const Config& config, int size, size_t bytes, size_t payload_capacity,
                       bool maps_peer_memory, size_t small_max_bytes);
+// The largest allreduce `auto` runs by recursive doubling at `size` ranks (one slot at most).
+// EAGERCOMM_RD_MAX_BYTES is the crossover measured with up to 8 ranks; above 8 the ring pays
+// 2 (P-1) latencies against recursive doubling's log2 P, and the crossover grows with that
+// difference at a constant number of bytes per latency: rd_max x (2 (P-1) - log2 P) / 11, 11
+// being the difference at P = 8 (the simulation, eagercomm-sim, found a 4 KiB solo round at
+// P = 1024 taking 3 ms in a ring of 2046 steps instead of 20 us).
+size_t rd_max_bytes_at(const Config& config, int size);
 // The allreduce state machine named by sig.reserved (an Algo).
 std::shared_ptr<Op> make_allreduce(OpSignature sig, const void* in, void* out);
 

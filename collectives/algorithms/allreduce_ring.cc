@@ -109,14 +109,23 @@ std::shared_ptr<Op> make_ring_allreduce(OpSignature sig, const void* in, void* o
   return std::make_shared<RingAllreduce>(sig, in, out);
 }
 
-Algo choose_allreduce(const Config& config, size_t bytes, size_t payload_capacity,
+size_t rd_max_bytes_at(const Config& config, int size) {
+  if (size <= 8) return config.rd_max_bytes;
+  int log2p = 0;
+  while ((1 << (log2p + 1)) <= size) ++log2p;
+  const double scale = (2.0 * (size - 1) - log2p) / 11.0;
+  const double scaled = static_cast<double>(config.rd_max_bytes) * scale;
+  return scaled >= 1e18 ? static_cast<size_t>(1e18) : static_cast<size_t>(scaled);
+}
+
+Algo choose_allreduce(const Config& config, int size, size_t bytes, size_t payload_capacity,
                       bool maps_peer_memory, size_t small_max_bytes) {
   const bool fits = bytes <= payload_capacity;
   const bool mapped = config.direct && maps_peer_memory;
   switch (config.allreduce_algo) {
     case AllreduceAlgo::kAuto:
       if (small_max_bytes > 0 && bytes <= small_max_bytes) return Algo::kSmall;
-      if (fits && bytes <= config.rd_max_bytes) return Algo::kRecursiveDoubling;
+      if (fits && bytes <= rd_max_bytes_at(config, size)) return Algo::kRecursiveDoubling;
       if (mapped && bytes >= config.direct_min_bytes) return Algo::kDirect;
       return Algo::kRing;
     case AllreduceAlgo::kRecursiveDoubling:

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "collectives/engine/small_boxes.h"
+#include "runtime/clock.h"
 #include "runtime/deadline.h"
 
 namespace eagercomm::detail {
@@ -88,7 +89,7 @@ Status Bootstrap::wait_for_all(const std::string& prefix) {
                            text.c_str());
       }
     }
-    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (RuntimeClock::now() >= deadline) break;
   }
   if (waited.ok() || waited.code() != StatusCode::kTimeout) return waited;
   // Only now, at the timeout, one look per rank: who never came.

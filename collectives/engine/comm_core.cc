@@ -9,6 +9,7 @@
 #include "collectives/engine/bootstrap.h"
 #include "collectives/engine/control.h"
 #include "collectives/engine/partner_layout.h"
+#include "runtime/clock.h"
 #include "runtime/deadline.h"
 #include "transport/registry.h"
 
@@ -174,8 +175,7 @@ Status CommCore::abandon(Op& op, std::chrono::nanoseconds waited) {
   });
   // Peers that hold this rank's buffers release them within the drain bound (destroy()); one
   // still waiting for an earlier operation (a gap in the sequence) keeps its place, as before.
-  if (!engine_->wait([&op] { return op.done(); },
-                     Engine::Clock::now() + std::chrono::seconds(10))) {
+  if (!engine_->wait([&op] { return op.done(); }, RuntimeClock::now() + std::chrono::seconds(10))) {
     EC_WARN(kColl, "%s is still in flight after it timed out", describe(op.sig()).c_str());
   }
   return why;

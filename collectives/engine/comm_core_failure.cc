@@ -6,6 +6,7 @@
 #include "collectives/collective_log.h"
 #include "collectives/engine/comm_core.h"
 #include "collectives/engine/control.h"
+#include "runtime/clock.h"
 
 namespace eagercomm::detail {
 
@@ -193,8 +194,8 @@ void CommCore::destroy() {
       if (!s.ok()) EC_DEBUG(kColl, "exit notice to rank %d: %s", peer, s.to_string().c_str());
     }
     // Peers' queues may be full for a moment; give the notices a bounded chance to go out.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-    while (mailbox_->has_deferred() && std::chrono::steady_clock::now() < deadline) {
+    const auto deadline = RuntimeClock::now() + std::chrono::milliseconds(200);
+    while (mailbox_->has_deferred() && RuntimeClock::now() < deadline) {
       if (!mailbox_->flush()) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     drain_lent_buffers();
@@ -212,13 +213,13 @@ void CommCore::drain_lent_buffers() {
       config_.timeout > std::chrono::nanoseconds::zero()
           ? std::min<std::chrono::nanoseconds>(config_.timeout, std::chrono::seconds(10))
           : std::chrono::seconds(10);
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+  const auto deadline = RuntimeClock::now() + limit;
   if (!draining_.empty()) {
     EC_DEBUG(kColl, "waiting for peers to stop using the buffers of %zu collectives",
              draining_.size());
   }
   TransportCompletion buf[64];
-  while (!draining_.empty() && std::chrono::steady_clock::now() < deadline) {
+  while (!draining_.empty() && RuntimeClock::now() < deadline) {
     const size_t n = transport_->poll(buf);
     int events = 0;
     for (size_t i = 0; i < n; ++i) handle(buf[i], &events);

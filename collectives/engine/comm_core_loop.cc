@@ -7,6 +7,7 @@
 #include "collectives/collective_log.h"
 #include "collectives/engine/comm_core.h"
 #include "collectives/engine/control.h"
+#include "runtime/clock.h"
 
 namespace eagercomm::detail {
 namespace {
@@ -84,7 +85,7 @@ int CommCore::progress() {
 std::chrono::nanoseconds CommCore::send_due_probes() {
   auto next = std::chrono::nanoseconds::max();
   if (size_ < 2) return next;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = RuntimeClock::now();
   for (Op* op : active_) {
     // Streams wait by design; a small-box allreduce is probed by its mismatched peers, and
     // compares signatures in the boxes with matching ones (its probes would only take slots).
@@ -134,7 +135,7 @@ std::chrono::nanoseconds CommCore::until_stream_due(std::chrono::nanoseconds tim
   if (due == std::chrono::steady_clock::time_point::max().time_since_epoch().count()) {
     return timeout;
   }
-  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const int64_t now = RuntimeClock::now().time_since_epoch().count();
   return std::clamp(std::chrono::nanoseconds(due - now), std::chrono::nanoseconds(0), timeout);
 }
 

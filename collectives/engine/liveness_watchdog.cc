@@ -5,6 +5,7 @@
 
 #include "collectives/collective_log.h"
 #include "collectives/engine/control.h"
+#include "runtime/clock.h"
 
 namespace eagercomm::detail {
 namespace {
@@ -44,7 +45,7 @@ void LivenessWatchdog::start(Engine& engine, Mailbox& mailbox, bool ranks_share_
   mailbox_ = &mailbox;
   interval_ = std::min(config_.heartbeat, config_.timeout / 4);
   hang_after_ = std::max(config_.timeout, 3 * interval_);
-  const auto now = Engine::Clock::now();
+  const auto now = RuntimeClock::now();
   last_duty_at_ = now;
   for (int peer = 0; peer < size_; ++peer) {
     heard_at_[peer] = now;
@@ -84,7 +85,7 @@ void LivenessWatchdog::thread_main() {
 
 void LivenessWatchdog::duty(uint64_t begun) {
   duty_due_.store(false, std::memory_order_relaxed);
-  const auto now = Engine::Clock::now();
+  const auto now = RuntimeClock::now();
   // This process itself did not run for a while (stopped, starved, a suspended VM): the
   // peers' silence may be its own. Judge them from a fresh window.
   const bool was_frozen = now - last_duty_at_ > 3 * interval_;
@@ -124,7 +125,7 @@ void LivenessWatchdog::duty(uint64_t begun) {
 
 std::string LivenessWatchdog::silent_report() const {
   if (!on()) return "";
-  const int64_t now = steady_ns(Engine::Clock::now());
+  const int64_t now = steady_ns(RuntimeClock::now());
   std::string silent;
   for (int peer = 0; peer < size_; ++peer) {
     const int64_t age = now - peer_heard_ns_[peer].load(std::memory_order_relaxed);
@@ -136,7 +137,7 @@ std::string LivenessWatchdog::silent_report() const {
 }
 
 std::string LivenessWatchdog::late_report(uint64_t seq) const {
-  const int64_t now = steady_ns(Engine::Clock::now());
+  const int64_t now = steady_ns(RuntimeClock::now());
   std::string late;
   for (int peer = 0; peer < size_; ++peer) {
     const int64_t age = now - peer_heard_ns_[peer].load(std::memory_order_relaxed);

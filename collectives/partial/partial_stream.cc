@@ -7,6 +7,7 @@
 #include "collectives/collective_log.h"
 #include "collectives/engine/comm_core.h"
 #include "collectives/partial/partial_meta.h"
+#include "runtime/clock.h"
 
 namespace eagercomm::detail {
 namespace {
@@ -53,7 +54,7 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
   // the object's own, when it has them.
   data_sig_.reserved = boxes_ ? static_cast<uint8_t>(Algo::kSmall)
                               : static_cast<uint8_t>(choose_allreduce(
-                                    core_.config(), shared_->bytes + shared_->tail_bytes,
+                                    core_.config(), P_, shared_->bytes + shared_->tail_bytes,
                                     core_.payload_capacity(), core_.maps_peer_memory(), 0));
 }
 
@@ -170,7 +171,7 @@ void PartialStream::watch_room() {
   }
   // The clock only while waiting: every progress pass comes here.
   if (waiting) {
-    due_ = std::chrono::steady_clock::now() + kRoomPoll;
+    due_ = RuntimeClock::now() + kRoomPoll;
   } else if (due_ != std::chrono::steady_clock::time_point::max()) {
     due_ = std::chrono::steady_clock::time_point::max();
   }

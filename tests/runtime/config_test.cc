@@ -117,7 +117,7 @@ TEST(ConfigTable, DefaultTextParsesToTheMemberInitializer) {
 TEST(ConfigTable, AcceptedTexts) {
   std::map<std::string, std::string> accepted;
   for (const Config::Row& row : Config{}.describe()) accepted[row.name] = row.accepted;
-  EXPECT_EQ(accepted["EAGERCOMM_TRANSPORT"], "auto|inproc|shm|ucx|verbs");
+  EXPECT_EQ(accepted["EAGERCOMM_TRANSPORT"], "auto|inproc|shm|ucx|verbs|sim");
   EXPECT_EQ(accepted["EAGERCOMM_LOG_LEVEL"], "error|warn|info|debug|trace");
   EXPECT_EQ(accepted["EAGERCOMM_PROGRESS_THREAD"], "auto|on|off");
   EXPECT_EQ(accepted["EAGERCOMM_ALLREDUCE_ALGO"], "auto|rd|ring|direct");
@@ -185,7 +185,7 @@ TEST(ConfigLoad, EnumsAreCaseInsensitiveAndCanonical) {
 
 TEST(ConfigLoad, BadEnumNamesVariableValueAndChoices) {
   EXPECT_EQ(load_error("EAGERCOMM_TRANSPORT", "tcp"),
-            "EAGERCOMM_TRANSPORT='tcp' is not one of auto|inproc|shm|ucx|verbs");
+            "EAGERCOMM_TRANSPORT='tcp' is not one of auto|inproc|shm|ucx|verbs|sim");
   EXPECT_EQ(load_error("EAGERCOMM_LOG_LEVEL", "verbose"),
             "EAGERCOMM_LOG_LEVEL='verbose' is not one of error|warn|info|debug|trace");
   EXPECT_EQ(load_error("EAGERCOMM_ALLREDUCE_ALGO", ""),
@@ -302,7 +302,7 @@ TEST(ConfigLoad, AllBadVariablesReportedTogetherInTableOrder) {
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(config.status().message(),
-            "EAGERCOMM_TRANSPORT='tcp' is not one of auto|inproc|shm|ucx|verbs; "
+            "EAGERCOMM_TRANSPORT='tcp' is not one of auto|inproc|shm|ucx|verbs|sim; "
             "EAGERCOMM_SLOTS='1000' is not an integer (2..64): out of range; "
             "EAGERCOMM_DIRECT='maybe' is not one of 1|0|true|false|yes|no|on|off");
 }
@@ -616,10 +616,11 @@ TEST(ConfigProcessDeathTest, BadEnvironmentGivesTheSameErrorEveryTime) {
         const Result<Config>& first = Config::process();
         unsetenv("EAGERCOMM_TRANSPORT");  // too late: the environment was read once
         const Result<Config>& second = Config::process();
-        const bool good = !first.ok() && &first == &second &&
-                          first.status().code() == StatusCode::kInvalidArgument &&
-                          first.status().message() ==
-                              "EAGERCOMM_TRANSPORT='tcp' is not one of auto|inproc|shm|ucx|verbs";
+        const bool good =
+            !first.ok() && &first == &second &&
+            first.status().code() == StatusCode::kInvalidArgument &&
+            first.status().message() ==
+                "EAGERCOMM_TRANSPORT='tcp' is not one of auto|inproc|shm|ucx|verbs|sim";
         std::exit(good ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");

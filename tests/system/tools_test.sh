@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The command-line tools: eagercomm-info lists every variable and rejects bad values by name;
-# eagercomm-bench runs, checks its results, writes valid JSON, and rejects bad flags clearly.
+# eagercomm-bench runs, checks its results, writes valid JSON, and rejects bad flags clearly;
+# eagercomm-sim likewise.
 # usage: tests/system/tools_test.sh <build-dir>
 set -euo pipefail
 build=${1:?usage: tools_test.sh <build-dir>}
@@ -123,4 +124,29 @@ if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
 else
   echo "tools_test: matplotlib missing, plot_imbalance.py not run (apt-get install python3-matplotlib)"
 fi
+# eagercomm-sim: the real collectives on a simulated network; values checked, JSON valid, the
+# closed-form ratios present; partial rounds with a straggler; bad flags named.
+sim=$build/sim/eagercomm-sim
+"$sim" --ranks 2,5 --bytes 8,4K,300K --json "$tmp/sim.json" >"$tmp/sim.txt" \
+  || fail "eagercomm-sim failed: $(cat "$tmp/sim.txt")"
+python3 - "$tmp/sim.json" <<'PY' || fail "eagercomm-sim's JSON: $(cat "$tmp/sim.json")"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 6, rows
+for r in rows:
+    assert r["checked"] and r["wrong"] == 0, r
+    assert 0.8 < r["ratio"] < 1.3, r
+    assert r["algo"] in ("rd", "ring"), r
+PY
+"$sim" --modes solo,sync --ranks 4 --stragglers 1 --steps 6 --result-depth 8 >"$tmp/simp.txt" \
+  || fail "eagercomm-sim --modes failed: $(cat "$tmp/simp.txt")"
+grep -Eq '^ +4 +4096 +solo +1 ' "$tmp/simp.txt" || fail "no solo row: $(cat "$tmp/simp.txt")"
+grep -Eq '^ +4 +4096 +sync +1 ' "$tmp/simp.txt" || fail "no sync row: $(cat "$tmp/simp.txt")"
+if "$sim" --ranks 0 >"$tmp/out" 2>"$tmp/err"; then fail "eagercomm-sim accepted --ranks 0"; fi
+grep -q -- "--ranks" "$tmp/err" || fail "bad --ranks not named: $(cat "$tmp/err")"
+if "$sim" --modes solo,fast >"$tmp/out" 2>"$tmp/err"; then fail "eagercomm-sim accepted a mode"; fi
+grep -q -- "--modes" "$tmp/err" || fail "bad --modes not named: $(cat "$tmp/err")"
+if "$sim" --link edr >"$tmp/out" 2>"$tmp/err"; then fail "eagercomm-sim accepted --link edr"; fi
+grep -q "hdr, ndr" "$tmp/err" || fail "the link presets not listed: $(cat "$tmp/err")"
+
 echo "tools_test: OK"

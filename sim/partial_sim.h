@@ -1,0 +1,39 @@
+// Partial allreduce rounds timed in a SimWorld (issue 21, item 3): every rank computes, posts its
+// gradient and waits for a round's result, `steps` times, as eagercomm-bench --imbalance and
+// eager-SGD do; in each step `stragglers` ranks drawn from a shared seeded PRNG compute `delay`
+// longer (the paper's injection). Compute does not stop a rank's engine (the progress thread's
+// job on a real machine): the loop keeps running it on every message.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sim/sim_world.h"
+
+namespace eagercomm::sim {
+
+struct PartialRun {
+  std::string mode = "solo";  // solo | majority | quorum:K | sync | adaptive
+  size_t bytes = 4096;        // f32 gradient
+  int steps = 20;
+  double compute_us = 100;  // per step, every rank
+  int stragglers = 0;       // ranks drawn per step
+  double delay_us = 1000;   // what a drawn rank computes more
+  uint64_t seed = 1;
+  uint32_t result_depth = 4;  // PartialOptions::result_depth
+};
+
+struct PartialResult {
+  double fast_step_us = 0;    // mean step time of ranks not drawn in that step
+  double slow_step_us = 0;    // of drawn ranks (0 without stragglers)
+  double fresh_fraction = 0;  // mean over rank 0's rounds of fresh ranks / P
+  double stale_mean = 0;      // mean age of the carried contributions (rounds)
+  int stale_max = 0;
+  uint64_t rounds = 0;  // rounds rank 0 received
+  NetworkStats network;
+  double wall_s = 0;
+};
+
+Result<PartialResult> run_partial(SimWorld& world, const PartialRun& run);
+
+}  // namespace eagercomm::sim

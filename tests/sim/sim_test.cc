@@ -1,0 +1,257 @@
+// The simulation (issue 21): the real collectives over the `sim` transport give the right values
+// at every size and world size, the same inputs give the same run bit for bit, and the virtual
+// times agree with the LogGP closed forms of the algorithms.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+
+#include "runtime/store.h"
+#include "sim/closed_forms.h"
+#include "sim/collective_sim.h"
+#include "sim/partial_sim.h"
+#include "transport/registry.h"
+#include "transport/sim/sim_network.h"
+
+namespace eagercomm::sim {
+namespace {
+
+std::unique_ptr<SimWorld> world_of(int P, std::map<std::string, std::string> config = {}) {
+  WorldOptions wo;
+  wo.ranks = P;
+  wo.link = loggp_preset("hdr").value();
+  wo.config = std::move(config);
+  auto w = SimWorld::create(wo);
+  EXPECT_TRUE(w.ok()) << w.status().to_string();
+  return w.ok() ? std::move(w).value() : nullptr;
+}
+
+CollectiveResult run(SimWorld& w, const std::string& coll, size_t bytes, int iters = 2) {
+  CollectiveRun r;
+  r.collective = coll;
+  r.bytes = bytes;
+  r.iters = iters;
+  auto out = run_collective(w, r);
+  EXPECT_TRUE(out.ok()) << coll << " " << bytes << ": " << out.status().to_string();
+  return out.ok() ? out.value() : CollectiveResult{};
+}
+
+TEST(Sim, CollectivesAreCorrectOverTheSimulatedNetwork) {
+  for (int P : {1, 2, 3, 5, 8, 13}) {
+    auto w = world_of(P);
+    ASSERT_NE(w, nullptr);
+    for (size_t bytes : {size_t{8}, size_t{4096}, size_t{100000}, size_t{600000}}) {
+      const CollectiveResult a = run(*w, "allreduce", bytes);
+      EXPECT_TRUE(a.checked);
+      EXPECT_EQ(a.wrong, 0u) << "allreduce P=" << P << " " << bytes;
+      const CollectiveResult b = run(*w, "broadcast", bytes);
+      EXPECT_EQ(b.wrong, 0u) << "broadcast P=" << P << " " << bytes;
+      if (P > 1) {
+        EXPECT_GT(a.time_us, 0) << P;
+      }
+    }
+    const CollectiveResult barrier = run(*w, "barrier", 0);
+    if (P > 1) {
+      EXPECT_GT(barrier.network.messages, 0u);
+    }
+  }
+}
+
+TEST(Sim, TheSameInputsGiveTheSameRun) {
+  std::vector<std::vector<double>> ends[2];
+  uint64_t messages[2] = {0, 0};
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto w = world_of(16);
+    ASSERT_NE(w, nullptr);
+    for (size_t bytes : {size_t{8}, size_t{65536}, size_t{1 << 20}}) {
+      const CollectiveResult r = run(*w, "allreduce", bytes, 4);
+      ends[attempt].push_back(r.call_end_us);
+      messages[attempt] += r.network.messages;
+    }
+  }
+  EXPECT_EQ(ends[0], ends[1]);
+  EXPECT_EQ(messages[0], messages[1]);
+}
+
+TEST(Sim, AllreduceTimesFollowTheLogGPClosedForms) {
+  const LogGP m = loggp_preset("hdr").value();
+  for (int P : {2, 5, 8, 64, 256}) {
+    auto w = world_of(P);
+    ASSERT_NE(w, nullptr);
+    // Recursive doubling, 8 bytes: log2 P steps of L + 2o, and the credits' o.
+    const double rd = run(*w, "allreduce", 8).first_us * 1e3 / rd_allreduce_ns(m, P, 8);
+    w.reset();  // one simulated network at a time
+    // Not a power of two: the form counts the fold as two more steps of their own, an upper
+    // bound (the ranks that are not folded start the doubling at once).
+    if ((P & (P - 1)) == 0) {
+      EXPECT_GT(rd, 0.95) << "P=" << P;
+    }
+    EXPECT_LT(rd, 1.15) << "P=" << P;
+    // Ring, segments of one slot (64 KiB: 1 KiB .. 32 KiB per segment), one call.
+    auto ring = world_of(P, {{"EAGERCOMM_ALLREDUCE_ALGO", "ring"}});
+    const double r =
+        run(*ring, "allreduce", 65536, 1).first_us * 1e3 / ring_allreduce_ns(m, P, 65536);
+    // (0.91 at P = 256: 256-byte segments, whose steps overlap more than the form says.)
+    EXPECT_GT(r, 0.85) << "P=" << P;
+    EXPECT_LT(r, 1.15) << "P=" << P;
+  }
+}
+
+PartialResult partial(SimWorld& w, const std::string& mode, int stragglers) {
+  PartialRun run;
+  run.mode = mode;
+  run.steps = 20;
+  run.compute_us = 100;
+  run.delay_us = 1000;  // 10 steps
+  run.stragglers = stragglers;
+  run.result_depth = 16;
+  auto r = run_partial(w, run);
+  EXPECT_TRUE(r.ok()) << mode << ": " << r.status().to_string();
+  return r.ok() ? r.value() : PartialResult{};
+}
+
+// The paper's claim, on the real partial-allreduce state machines: with one rank of 8 computing
+// 10 steps longer in every step, solo's other ranks keep their pace; synchronous rounds wait for
+// the straggler every time.
+TEST(Sim, SoloHidesAStragglerThatSyncWaitsFor) {
+  auto w = world_of(8);
+  ASSERT_NE(w, nullptr);
+  const PartialResult solo_alone = partial(*w, "solo", 0);
+  const PartialResult solo = partial(*w, "solo", 1);
+  EXPECT_GT(solo_alone.fast_step_us, 100);
+  EXPECT_LT(solo.fast_step_us / solo_alone.fast_step_us, 1.3);
+  EXPECT_GT(solo.slow_step_us, 1000);
+  EXPECT_GT(solo.fresh_fraction, 0.0);
+  EXPECT_LT(solo.fresh_fraction, 1.0);
+  EXPECT_GT(solo.stale_max, 0);
+  const PartialResult sync_alone = partial(*w, "sync", 0);
+  const PartialResult sync = partial(*w, "sync", 1);
+  EXPECT_GT(sync.fast_step_us / sync_alone.fast_step_us, 5);
+  EXPECT_EQ(sync.fresh_fraction, 1.0);
+  EXPECT_EQ(sync.stale_max, 0);
+  // The same run in a new world of the same size: the same virtual times, bit for bit. (Objects
+  // are made on threads, which the simulation does not time, and the objects' setup leaves no
+  // state that times differ by.)
+  w.reset();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto fresh = world_of(8);
+    ASSERT_NE(fresh, nullptr);
+    const PartialResult first = partial(*fresh, "solo", 1);
+    fresh.reset();
+    auto again_world = world_of(8);
+    ASSERT_NE(again_world, nullptr);
+    const PartialResult again = partial(*again_world, "solo", 1);
+    EXPECT_EQ(again.fast_step_us, first.fast_step_us);
+    EXPECT_EQ(again.rounds, first.rounds);
+    EXPECT_EQ(again.network.messages, first.network.messages);
+  }
+}
+
+// The transport contract on the event loop: a write's bytes are in the peer's memory when its
+// notification is polled, per-pair order holds, the writer's completion comes after the delivery
+// with its cookie, a notify has none, out-of-bounds writes and writes to a closed rank fail.
+class Recorder final : public RankDriver {
+ public:
+  explicit Recorder(std::vector<std::unique_ptr<Transport>>& t) : t_(t) {}
+  std::function<void()> first;  // rank 0's first turn
+  void run(int rank) override {
+    if (rank == 0 && first) {
+      first();
+      first = nullptr;
+    }
+    TransportCompletion c[8];
+    size_t n;
+    while ((n = t_[rank]->poll(c)) > 0) {
+      for (size_t i = 0; i < n; ++i) seen.push_back({rank, c[i]});
+    }
+  }
+  std::vector<std::pair<int, TransportCompletion>> seen;
+
+ private:
+  std::vector<std::unique_ptr<Transport>>& t_;
+};
+
+TEST(Sim, SimTransportKeepsTheContract) {
+  SimNetwork net(2, loggp_preset("ndr").value());
+  ASSERT_TRUE(net.install().ok());
+  Config config;
+  HashStore store;
+  std::vector<std::unique_ptr<Transport>> t;
+  for (int r = 0; r < 2; ++r) {
+    TransportParams p{r, 2, &config, &store, "contract", true};
+    auto made = create_transport("sim", p);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    t.push_back(std::move(made).value());
+  }
+  auto src = t[0]->allocate(4096, MemoryKind::kHost).value();
+  auto dst = t[1]->allocate(4096, MemoryKind::kHost).value();
+  auto remote = t[0]->import_region(1, dst->remote_key()).value();
+  Recorder rec(t);
+  rec.first = [&] {
+    for (int i = 0; i < 3; ++i) {
+      std::memset(static_cast<uint8_t*>(src->data()) + i * 1024, 'a' + i, 1024);
+      EXPECT_TRUE(t[0]->write(*src, i * 1024, *remote, i * 1024, 1024, 100 + i, 7 + i).ok());
+    }
+    // Not there before its delivery.
+    EXPECT_EQ(static_cast<uint8_t*>(dst->data())[0], 0);
+    EXPECT_TRUE(t[0]->notify(1, 200).ok());
+    EXPECT_EQ(t[0]->write(*src, 4000, *remote, 0, 200, 1, 1).code(), StatusCode::kInvalidArgument);
+  };
+  net.schedule_run(0, 0);
+  net.run(rec, [] { return false; });
+  std::vector<uint32_t> tags;
+  std::vector<uint64_t> cookies;
+  for (const auto& [rank, c] : rec.seen) {
+    if (rank == 1) {
+      ASSERT_EQ(c.kind, TransportCompletion::Kind::kNotify);
+      tags.push_back(c.tag);
+      if (c.tag >= 100 && c.tag < 103) {
+        const uint8_t* at = static_cast<uint8_t*>(dst->data()) + (c.tag - 100) * 1024;
+        EXPECT_EQ(at[0], 'a' + (c.tag - 100));
+        EXPECT_EQ(at[1023], 'a' + (c.tag - 100));
+      }
+    } else {
+      ASSERT_EQ(c.kind, TransportCompletion::Kind::kWriteDone);
+      cookies.push_back(c.cookie);
+    }
+  }
+  EXPECT_EQ(tags, (std::vector<uint32_t>{100, 101, 102, 200}));
+  EXPECT_EQ(cookies, (std::vector<uint64_t>{7, 8, 9}));
+  EXPECT_GT(net.now_ns(), 900);  // at least L of the ndr preset passed
+  t[1]->close();
+  EXPECT_EQ(t[0]->notify(1, 1).code(), StatusCode::kPeerFailed);
+  t.clear();
+  net.uninstall();
+}
+
+TEST(Sim, TheSimTransportExistsOnlyInsideASimulation) {
+  TransportParams p;
+  auto t = create_transport("sim", p);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(t.status().message().find("eagercomm-sim"), std::string::npos);
+}
+
+TEST(Sim, BadRunsAreRefusedNamingWhatIsWrong) {
+  auto w = world_of(2);
+  ASSERT_NE(w, nullptr);
+  CollectiveRun r;
+  r.collective = "alltoall";
+  EXPECT_EQ(run_collective(*w, r).status().code(), StatusCode::kInvalidArgument);
+  r.collective = "allreduce";
+  r.bytes = 6;
+  auto bad = run_collective(*w, r);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("6 bytes"), std::string::npos);
+  // One simulation per process at a time.
+  WorldOptions second;
+  second.ranks = 2;
+  EXPECT_EQ(SimWorld::create(second).status().code(), StatusCode::kUnavailable);
+  WorldOptions none;
+  none.ranks = 0;
+  EXPECT_EQ(SimWorld::create(none).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(loggp_preset("edr").ok());
+}
+
+}  // namespace
+}  // namespace eagercomm::sim

@@ -1,0 +1,172 @@
+// The `sim` backend: every rank of a job in one process, one event loop, a virtual clock.
+//
+// A SimNetwork is the fabric of one simulated job. Its transports (one per rank, made by the
+// registry as "sim" while the network is installed: SimNetwork::install()) implement the
+// transport contract over an event queue ordered by virtual time: write() charges the LogGP
+// costs (loggp.h) and schedules the delivery, at which the bytes are copied and the peer's
+// notification queued; the sender's kWriteDone comes L after the delivery (the acknowledgement).
+// wait() does not block: it asks the loop to run the rank again at the end of its timeout, so the
+// runtime's own timers (probes, room polls, timeouts) fire in virtual time.
+//
+// The loop (run()) pops the earliest event, moves the clock to its time and hands every rank that
+// has something to do (completions, a wake-up it asked for, a timer of its driver) to the
+// caller's RankDriver, in rank order. Nothing else runs meanwhile, so a run is a function of
+// its inputs: the same seed gives the same run, bit for bit. The network is the process's clock
+// while the loop runs (runtime/clock.h).
+//
+// Payloads: writes above `elide_bytes` are not copied (their time is charged): for sizes whose
+// buffers would not fit in memory P times over, when only the time matters.
+//
+// Outside run() the network is in setup: communicators and partial objects are being made by one
+// thread per rank, on the real clock, and their creation runs collectives. There it delivers at
+// once (copy, notification, write completion) under a mutex, and wait() blocks on a condition
+// variable, like an in-process transport; nothing is timed. Inside run() everything happens on
+// the loop's thread and nothing blocks.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <vector>
+
+#include "runtime/clock.h"
+#include "runtime/status.h"
+#include "transport/registry.h"
+#include "transport/sim/loggp.h"
+#include "transport/transport.h"
+
+namespace eagercomm::sim {
+
+// What the loop calls for a rank that has something to do at the current virtual time.
+class RankDriver {
+ public:
+  virtual ~RankDriver() = default;
+  virtual void run(int rank) = 0;
+};
+
+struct NetworkStats {
+  uint64_t messages = 0;  // writes and notifications
+  uint64_t bytes = 0;     // written payload bytes
+  uint64_t events = 0;    // events the loop handled
+};
+
+class SimNetwork final : public VirtualClock {
+ public:
+  SimNetwork(int size, const LogGP& model, uint64_t elide_bytes = UINT64_MAX);
+  ~SimNetwork() override;
+  SimNetwork(const SimNetwork&) = delete;
+  SimNetwork& operator=(const SimNetwork&) = delete;
+
+  int size() const { return size_; }
+  const LogGP& model() const { return model_; }
+  uint64_t elide_bytes() const { return elide_bytes_; }
+  // Virtual nanoseconds since the network was made.
+  int64_t now_ns() const { return now_ns_; }
+  std::chrono::steady_clock::time_point now() const override {
+    return base_ + std::chrono::nanoseconds(now_ns_);
+  }
+
+  // Makes the registry's "sim" transports belong to this network until uninstall(). One network
+  // at a time per process: kUnavailable while another is installed.
+  Status install();
+  void uninstall();
+
+  // Runs `rank`'s driver at virtual time `at_ns` (the drivers' own timers: compute, delays).
+  void schedule_run(int rank, int64_t at_ns);
+  // Charges `rank`'s CPU `ns` from now on (compute it does between its calls): its
+  // notifications wait until it is free, as a busy application thread's would.
+  void busy(int rank, int64_t ns);
+  int64_t cpu_free_ns(int rank) const { return ranks_[rank].cpu_free; }
+
+  // Runs the loop until no event is left, `stop()` holds, or virtual time passes `until_ns`.
+  // Returns whether it stopped because of `stop`.
+  template <typename Stop>
+  bool run(RankDriver& driver, Stop stop, int64_t until_ns = INT64_MAX) {
+    ScopedVirtualClock clock(*this);
+    timed_ = true;
+    bool stopped = true;
+    while (!stop()) {
+      if (!step(driver, until_ns)) {
+        stopped = stop();
+        break;
+      }
+    }
+    timed_ = false;
+    return stopped;
+  }
+
+  const NetworkStats& stats() const { return stats_; }
+  // Completions delivered and not polled yet, over all ranks (setup: SimWorld::settle()).
+  size_t queued_completions() const;
+
+  // ---- for SimTransport ----
+  struct Region {
+    uint8_t* data = nullptr;
+    size_t size = 0;
+  };
+  uint32_t add_region(int rank, uint8_t* data, size_t size);
+  Result<Region> region(int rank, uint32_t id) const;
+  void drop_region(int rank, uint32_t id);
+  Status write(int src, int dst, const uint8_t* from, uint8_t* to, size_t bytes, uint32_t tag,
+               uint64_t cookie, bool signal_done);
+  // A transport's wait(): in run(), a wake-up request at the end of `timeout`; in setup, a
+  // blocking wait for a completion or wake().
+  void wait(int rank, std::chrono::nanoseconds timeout);
+  void wake(int rank);
+  void wake_at(int rank, int64_t at_ns);
+  size_t poll(int rank, std::span<TransportCompletion> out);
+  void close(int rank);
+
+ private:
+  enum class Kind : uint8_t { kDeliver, kLocal, kWake, kDriver };
+  struct Event {
+    int64_t at;
+    uint64_t seq;  // ties keep the order they were made in
+    Kind kind;
+    int rank;
+    TransportCompletion completion;
+    const uint8_t* from;
+    uint8_t* to;
+    size_t bytes;
+    bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  struct Rank {
+    std::deque<TransportCompletion> completions;
+    int64_t cpu_free = 0;         // its CPU is busy until then
+    int64_t tx_free = 0;          // its NIC sends the next message from then
+    int64_t rx_free = 0;          // its NIC has received everything sent to it until then
+    int64_t wake_at = INT64_MAX;  // the earliest wake-up scheduled
+    bool closed = false;
+    bool runnable = false;
+    std::vector<Region> regions;
+  };
+
+  void push(Event e);
+  bool step(RankDriver& driver, int64_t until_ns);
+
+  const int size_;
+  const LogGP model_;
+  const uint64_t elide_bytes_;
+  const std::chrono::steady_clock::time_point base_;
+  int64_t now_ns_ = 0;
+  uint64_t seq_ = 0;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  std::vector<Rank> ranks_;
+  std::vector<int> runnable_;
+  bool timed_ = false;           // inside run()
+  mutable std::mutex setup_mu_;  // regions, and everything else in setup
+  std::vector<std::unique_ptr<std::condition_variable>> setup_cv_;  // per rank, in setup
+  std::vector<uint8_t> setup_woken_;
+  NetworkStats stats_;
+};
+
+Result<std::unique_ptr<Transport>> create_sim_transport(const TransportParams& params);
+// Whether a network is installed (the registry's availability of "sim"), and which.
+bool sim_network_installed();
+SimNetwork* installed_network();
+
+}  // namespace eagercomm::sim
