@@ -108,17 +108,20 @@ Result<std::string> resolve_transport_name(std::string_view name, const Transpor
     if (params.store == nullptr) {
       return Status(StatusCode::kInvalidArgument, "transport auto: no store to compare hosts");
     }
-    // Every rank publishes where it runs; all on this host: shm, else ucx. (An active RDMA
-    // port will make it verbs once that backend exists.)
+    // Every rank publishes where it runs and compares with rank 0: all on rank 0's host means
+    // shm, else ucx. A count of the ranks on rank 0's host, read once every rank has added to it
+    // (the last one raises a flag), makes that O(1) store requests per rank instead of a read of
+    // every rank's key on every rank (P^2 in all).
     const std::string key = params.scope + "/host/";
     const std::string mine = host_identity();
     EC_RETURN_IF_ERROR(params.store->set(key + std::to_string(params.rank), to_bytes(mine)));
-    bool one_host = true;
-    for (int r = 0; r < params.size && one_host; ++r) {
-      EC_ASSIGN_OR_RETURN(Bytes other,
-                          params.store->get(key + std::to_string(r), params.config->timeout));
-      one_host = to_string(other) == mine;
-    }
+    EC_ASSIGN_OR_RETURN(Bytes host0, params.store->get(key + "0", params.config->timeout));
+    if (to_string(host0) == mine) EC_RETURN_IF_ERROR(params.store->add(key + "same", 1).status());
+    EC_ASSIGN_OR_RETURN(const int64_t arrived, params.store->add(key + "arrived", 1));
+    if (arrived == params.size) EC_RETURN_IF_ERROR(params.store->set(key + "all", to_bytes("1")));
+    EC_RETURN_IF_ERROR(params.store->wait({key + "all"}, params.config->timeout));
+    EC_ASSIGN_OR_RETURN(const int64_t same, params.store->add(key + "same", 0));
+    const bool one_host = same == params.size;
     if (one_host) return std::string("shm");
 #if EAGERCOMM_HAVE_UCX
     return std::string("ucx");

@@ -32,8 +32,9 @@ constexpr ConfigRow kMailboxRows[] = {
      .default_text = "8",
      .min = 2,
      .max = 64,
-     .doc = "mailbox slots per peer pair; more lets more messages be in flight before a sender "
-            "waits, at one slot of memory each",
+     .doc = "mailbox slots towards each ring neighbour (half as many towards the other peers "
+            "the algorithms send data to; 4 of 1KiB for the rest); more lets more messages be "
+            "in flight before a sender waits, at one slot of memory each",
      .field = config_field<&TransportConfig::slots>()},
 };
 

@@ -17,7 +17,7 @@ namespace eagercomm {
 struct TransportConfig : RuntimeConfig, VerbsConfig {
   std::string transport = "auto";  // auto|inproc|shm|ucx|verbs
   size_t slot_bytes = 256 * 1024;  // one mailbox slot, header included
-  uint32_t slots = 8;              // mailbox slots per peer pair
+  uint32_t slots = 8;              // mailbox slots per ring neighbour (mailbox_layout.h)
 };
 
 // The transport's rows, in two groups that the table lists apart: the backend (first), the

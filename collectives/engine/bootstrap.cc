@@ -54,9 +54,11 @@ Status Bootstrap::join() {
 }
 
 Status Bootstrap::arrive(const std::string& prefix) {
-  // The per-rank key (set by the caller) names the missing ranks at a timeout; the counter
-  // tells the last one to arrive, which raises the flag everybody waits for.
+  // The counter tells the last rank to arrive, which raises the flag everybody waits for. The
+  // marker, set after the count, names the missing ranks at a timeout: a rank killed between its
+  // published key and its count is missing, not present (the key alone would say it arrived).
   EC_ASSIGN_OR_RETURN(const int64_t arrived, store_.add(prefix_ + prefix + "count", 1));
+  EC_RETURN_IF_ERROR(store_.set(key(prefix + "in/", rank_), to_bytes("1")));
   if (arrived == size_) EC_RETURN_IF_ERROR(store_.set(prefix_ + prefix + "all", to_bytes("1")));
   if (arrived > size_) {
     return make_status(StatusCode::kMismatch,
@@ -95,7 +97,7 @@ Status Bootstrap::wait_for_all(const std::string& prefix) {
   // Only now, at the timeout, one look per rank: who never came.
   std::string missing;
   for (int peer = 0; peer < size_; ++peer) {
-    if (store_.get(key(prefix, peer), std::chrono::milliseconds(1)).ok()) continue;
+    if (store_.get(key(prefix + "in/", peer), std::chrono::milliseconds(1)).ok()) continue;
     missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
   }
   return make_status(StatusCode::kTimeout,

@@ -37,7 +37,8 @@ class Bootstrap {
   void report_failure(const Status& why);
 
  private:
-  // This rank has set `prefix`<rank>: counts it in and waits until every rank has (arrive());
+  // This rank has published what `prefix` stands for: counts it in, marks it (`prefix`in/<rank>)
+  // and waits until every rank has (arrive());
   // fails early when a rank reported a failure to join, and names the missing ranks at the
   // timeout (wait_for_all()).
   Status arrive(const std::string& prefix);
