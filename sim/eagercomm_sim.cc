@@ -42,6 +42,7 @@ void usage() {
       "  --iters N        calls per run [3]\n"
       "  --elide SIZE     payloads above SIZE are timed, not copied [64M]\n"
       "  --calls          print when each call ended\n"
+      "  --trace FILE     every message and event of the runs, a line each\n"
       "  --json FILE      write the rows as JSON\n"
       "partial allreduce rounds instead of collectives:\n"
       "  --modes LIST     solo, majority, quorum:K, sync, adaptive\n"
@@ -108,6 +109,7 @@ struct PartialTable {
   int steps = 20;
   uint64_t seed = 1;
   uint32_t result_depth = 4;
+  std::FILE* trace = nullptr;
 };
 
 int stragglers_of(const std::string& text, int P) {
@@ -133,6 +135,7 @@ int partial_table(const PartialTable& t, const std::vector<int>& ranks,
       std::fprintf(stderr, "eagercomm-sim: P=%d: %s\n", P, world.status().to_string().c_str());
       return 1;
     }
+    world.value()->network().set_trace(t.trace);
     for (uint64_t bytes : sizes) {
       for (const std::string& mode : t.modes) {
         PartialRun run;
@@ -187,6 +190,7 @@ int main(int argc, char** argv) {
   std::string coll = "allreduce", algo = "auto", link = "hdr", json;
   int iters = 3;
   bool show_calls = false;
+  std::string trace_path;
   PartialTable partial;
   uint64_t elide = 64ull << 20;
   for (int i = 1; i < argc; ++i) {
@@ -248,6 +252,8 @@ int main(int argc, char** argv) {
       partial.result_depth = static_cast<uint32_t>(d);
     } else if (a == "--seed" && v) {
       partial.seed = std::strtoull(v, nullptr, 10);
+    } else if (a == "--trace" && v) {
+      trace_path = v;
     } else if (a == "--calls") {
       show_calls = true;
       continue;
@@ -260,6 +266,12 @@ int main(int argc, char** argv) {
     }
     ++i;
   }
+  std::FILE* trace = nullptr;
+  if (!trace_path.empty() && !(trace = std::fopen(trace_path.c_str(), "w"))) {
+    std::fprintf(stderr, "eagercomm-sim: cannot write %s\n", trace_path.c_str());
+    return 1;
+  }
+  partial.trace = trace;
   Result<LogGP> model = loggp_preset(link);
   if (!model.ok()) {
     std::fprintf(stderr, "eagercomm-sim: %s\n", model.status().message().c_str());
@@ -294,7 +306,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "eagercomm-sim: P=%d: %s\n", P, world.status().to_string().c_str());
       return 1;
     }
+    world.value()->network().set_trace(trace);
     for (uint64_t bytes : sizes) {
+      if (trace)
+        std::fprintf(trace, "# P=%d, %llu bytes\n", P, static_cast<unsigned long long>(bytes));
       CollectiveRun run;
       run.collective = coll;
       run.bytes = bytes;

@@ -67,10 +67,11 @@ Result<std::shared_ptr<CommCore>> CommCore::create(Store& store, const std::stri
     EC_INFO(kInit, "%d ranks on this host, %d CPUs: idle waits yield the core at once", local,
             cpus);
   }
+  // Read before the progress thread starts: from then on the driver owns the mailbox's stats.
+  const MailboxStats mail = core->mailbox_->stats();
   core->engine_ = std::make_unique<Engine>(*core, eopts);
   if (config.progress_thread == ProgressThreadMode::kOn) core->engine_->start_thread();
   core->watchdog_.start(*core->engine_, *core->mailbox_, caps.ranks_in_one_process);
-  const MailboxStats mail = core->mailbox_->stats();
   EC_INFO(kInit,
           "communicator of %d ranks ready on transport %s (%s stores; data slots for %u peers, "
           "up to %u of %zu bytes each, control slots for the others; %.1f MiB registered)",

@@ -4,7 +4,9 @@
 // A message of k bytes from s to d costs the sender's CPU o, leaves s's NIC at least g after the
 // previous one and takes k G to serialize; it reaches d after L, where d's NIC serializes the
 // messages it receives one after another (k G each), and costs d's CPU o before d can act on it.
-// Write completions (the acknowledgement, L after the delivery) cost nothing.
+// A notification (no bytes) costs o at both ends and L, and queues behind nothing but earlier
+// messages of the same pair (per-pair order). Write completions (the acknowledgement, L after
+// the delivery) cost nothing.
 // Taking data in costs the receiver `reduce` per byte (the collectives combine what they
 // receive, or copy it on: the ring's allgather half). The presets are round figures, not
 // measurements of one system:

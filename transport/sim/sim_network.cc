@@ -109,11 +109,28 @@ Status SimNetwork::write(int src, int dst, const uint8_t* from, uint8_t* to, siz
   const int64_t wire = ns(model_.wire_ns(bytes));
   const int64_t cpu = std::max(now_ns_, s.cpu_free) + ns(model_.o_ns);
   s.cpu_free = cpu;
-  const int64_t inject = std::max(cpu, s.tx_free);
-  s.tx_free = inject + std::max(ns(model_.g_ns), wire);
-  const int64_t arrive = std::max(inject + ns(model_.L_ns) + wire, d.rx_free + wire);
-  d.rx_free = arrive;
+  int64_t arrive;
+  if (bytes == 0) {
+    // A notification takes no time on the links: it does not queue behind another peer's bytes
+    // at either end (the NIC interleaves queue pairs), only behind this pair's (below).
+    arrive = cpu + ns(model_.L_ns);
+  } else {
+    const int64_t inject = std::max(cpu, s.tx_free);
+    s.tx_free = inject + std::max(ns(model_.g_ns), wire);
+    // The receiver's link takes the bytes of one message after another.
+    arrive = std::max(inject + ns(model_.L_ns), d.rx_free) + wire;
+    d.rx_free = arrive;
+  }
+  // Per-pair order (the contract): nothing overtakes what this rank sent that peer before.
+  int64_t& last = s.last_arrival[dst];
+  arrive = std::max(arrive, last);
+  last = arrive;
   ++stats_.messages;
+  if (trace_) {
+    std::fprintf(trace_, "%lld send %d -> %d %zuB tag 0x%08x arrives %lld\n",
+                 static_cast<long long>(now_ns_), src, dst, bytes, tag,
+                 static_cast<long long>(arrive));
+  }
   stats_.bytes += bytes;
 
   Event e{};
@@ -212,6 +229,15 @@ bool SimNetwork::step(RankDriver& driver, int64_t until_ns) {
     const Event e = events_.top();
     events_.pop();
     ++stats_.events;
+    if (trace_) {
+      static const char* const kNames[] = {"deliver", "done", "wake", "run"};
+      std::fprintf(trace_, "%lld %s %d", static_cast<long long>(t),
+                   kNames[static_cast<int>(e.kind)], e.rank);
+      if (e.kind == Kind::kDeliver) {
+        std::fprintf(trace_, " from %d tag 0x%08x", e.completion.peer, e.completion.tag);
+      }
+      std::fputc('\n', trace_);
+    }
     Rank& r = ranks_[e.rank];
     switch (e.kind) {
       case Kind::kDeliver:
@@ -244,6 +270,10 @@ bool SimNetwork::step(RankDriver& driver, int64_t until_ns) {
     Rank& r = ranks_[rank];
     r.runnable = false;
     if (r.cpu_free > t) {
+      if (trace_) {
+        std::fprintf(trace_, "%lld busy %d until %lld\n", static_cast<long long>(t), rank,
+                     static_cast<long long>(r.cpu_free));
+      }
       // Busy (computing, or taking in earlier messages): it gets to them once free.
       wake_at(rank, r.cpu_free);
       continue;

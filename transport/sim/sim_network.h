@@ -27,10 +27,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <queue>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/clock.h"
@@ -100,6 +102,11 @@ class SimNetwork final : public VirtualClock {
   }
 
   const NetworkStats& stats() const { return stats_; }
+  // Writes a line per message sent and per event handled to `out` (null: none), for following a
+  // run step by step: "<ns> send <src> -> <dst> <bytes>B tag 0x<tag> arrives <ns>", "<ns> deliver
+  // <src> -> <dst> tag 0x<tag>", "<ns> done <rank>", "<ns> wake <rank>", "<ns> run <rank>",
+  // "<ns> busy <rank> until <ns>".
+  void set_trace(std::FILE* out) { trace_ = out; }
   // Completions delivered and not polled yet, over all ranks (setup: SimWorld::settle()).
   size_t queued_completions() const;
 
@@ -136,10 +143,11 @@ class SimNetwork final : public VirtualClock {
   };
   struct Rank {
     std::deque<TransportCompletion> completions;
-    int64_t cpu_free = 0;         // its CPU is busy until then
-    int64_t tx_free = 0;          // its NIC sends the next message from then
-    int64_t rx_free = 0;          // its NIC has received everything sent to it until then
-    int64_t wake_at = INT64_MAX;  // the earliest wake-up scheduled
+    int64_t cpu_free = 0;  // its CPU is busy until then
+    int64_t tx_free = 0;   // its NIC sends the next message from then
+    int64_t rx_free = 0;   // its NIC has received everything sent to it until then
+    std::unordered_map<int, int64_t> last_arrival;  // per peer: its last message\'s arrival
+    int64_t wake_at = INT64_MAX;                    // the earliest wake-up scheduled
     bool closed = false;
     bool runnable = false;
     std::vector<Region> regions;
@@ -162,6 +170,7 @@ class SimNetwork final : public VirtualClock {
   std::vector<std::unique_ptr<std::condition_variable>> setup_cv_;  // per rank, in setup
   std::vector<uint8_t> setup_woken_;
   NetworkStats stats_;
+  std::FILE* trace_ = nullptr;
 };
 
 Result<std::unique_ptr<Transport>> create_sim_transport(const TransportParams& params);
