@@ -169,11 +169,12 @@ int partial_table(const PartialTable& t, const std::vector<int>& ranks,
                       "\"delay_us\": %.1f, \"compute_us\": %.1f, \"fast_step_us\": %.3f, "
                       "\"alone_step_us\": %.3f, \"ratio\": %.4f, \"slow_step_us\": %.3f, "
                       "\"fresh_fraction\": %.4f, \"stale_mean\": %.4f, \"stale_max\": %d, "
-                      "\"rounds\": %llu, \"messages\": %llu, \"wall_s\": %.3f}",
+                      "\"result_depth\": %u, \"rounds\": %llu, \"messages\": %llu, "
+                      "\"wall_s\": %.3f}",
                       rows->empty() ? "" : ",\n ", P, static_cast<unsigned long long>(bytes),
                       mode.c_str(), run.stragglers, run.delay_us, run.compute_us, w.fast_step_us,
                       a.fast_step_us, ratio, w.slow_step_us, w.fresh_fraction, w.stale_mean,
-                      w.stale_max, static_cast<unsigned long long>(w.rounds),
+                      w.stale_max, run.result_depth, static_cast<unsigned long long>(w.rounds),
                       static_cast<unsigned long long>(w.network.messages), a.wall_s + w.wall_s);
         *rows += row;
       }

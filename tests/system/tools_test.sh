@@ -138,8 +138,8 @@ for r in rows:
     assert r["model_us"] > 0 and r["ratio"] > 0 and r["first_us"] > 0, r
     assert r["algo"] in ("rd", "ring"), r
 PY
-"$sim" --modes solo,sync --ranks 4 --stragglers 1 --steps 6 --result-depth 8 >"$tmp/simp.txt" \
-  || fail "eagercomm-sim --modes failed: $(cat "$tmp/simp.txt")"
+"$sim" --modes solo,sync --ranks 4 --stragglers 1 --steps 6 --result-depth 8 \
+  --json "$tmp/simp.json" >"$tmp/simp.txt" || fail "eagercomm-sim --modes failed: $(cat "$tmp/simp.txt")"
 grep -Eq '^ +4 +4096 +solo +1 ' "$tmp/simp.txt" || fail "no solo row: $(cat "$tmp/simp.txt")"
 grep -Eq '^ +4 +4096 +sync +1 ' "$tmp/simp.txt" || fail "no sync row: $(cat "$tmp/simp.txt")"
 if "$sim" --ranks 0 >"$tmp/out" 2>"$tmp/err"; then fail "eagercomm-sim accepted --ranks 0"; fi
@@ -148,5 +148,10 @@ if "$sim" --modes solo,fast >"$tmp/out" 2>"$tmp/err"; then fail "eagercomm-sim a
 grep -q -- "--modes" "$tmp/err" || fail "bad --modes not named: $(cat "$tmp/err")"
 if "$sim" --link edr >"$tmp/out" 2>"$tmp/err"; then fail "eagercomm-sim accepted --link edr"; fi
 grep -q "hdr, ndr" "$tmp/err" || fail "the link presets not listed: $(cat "$tmp/err")"
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  /usr/bin/python3 "$(dirname "$0")/../../sim/plot_sim.py" "$tmp/sim.png" "$tmp/sim.json" \
+    "$tmp/simp.json" >/dev/null || fail "plot_sim.py failed"
+  [ -s "$tmp/sim.png" ] || fail "plot_sim.py wrote no PNG"
+fi
 
 echo "tools_test: OK"
