@@ -293,8 +293,8 @@ int main(int argc, char** argv) {
   }
   std::printf("# eagercomm-sim: %s on %s (%s)\n", coll.c_str(), link.c_str(),
               model.value().describe().c_str());
-  std::printf("# %6s %12s %6s %12s %12s %7s %10s %8s %6s\n", "ranks", "bytes", "algo", "sim (us)",
-              "model (us)", "ratio", "msgs/call", "wall (s)", "wrong");
+  std::printf("# %6s %12s %6s %12s %12s %7s %12s %10s %8s %6s\n", "ranks", "bytes", "algo",
+              "first (us)", "model (us)", "ratio", "mean (us)", "msgs/call", "wall (s)", "wrong");
   for (int P : ranks) {
     WorldOptions wo;
     wo.ranks = P;
