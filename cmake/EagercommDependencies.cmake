@@ -100,6 +100,12 @@ function(_eagercomm_find_ucx)
     pkg_check_modules(EAGERCOMM_PC_UCX QUIET IMPORTED_TARGET GLOBAL ucx)
   endif()
   if(EAGERCOMM_PC_UCX_FOUND)
+    # A configure that ran before UCX was installed cached the fallback search's NOTFOUND; the
+    # fallback is not searched again once pkg-config answers, so those entries would say UCX is
+    # missing from a build that has it.
+    unset(EAGERCOMM_UCP_INCLUDE_DIR CACHE)
+    unset(EAGERCOMM_UCP_LIBRARY CACHE)
+    unset(EAGERCOMM_UCS_LIBRARY CACHE)
     add_library(eagercomm::dep_ucx INTERFACE IMPORTED GLOBAL)
     target_link_libraries(eagercomm::dep_ucx INTERFACE PkgConfig::EAGERCOMM_PC_UCX)
     set(where "${EAGERCOMM_PC_UCX_PREFIX}")

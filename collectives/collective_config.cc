@@ -22,8 +22,9 @@ constexpr ConfigRow kCollectiveRows[] = {
      .kind = ConfigKind::kSize,
      .default_text = "16KiB",
      .max = 64 * kMiB,
-     .doc = "largest allreduce that auto runs by recursive doubling (ring above it); tune to the "
-            "network's latency/bandwidth crossover",
+     .doc = "largest allreduce that auto runs by recursive doubling (ring above it) with up to 8 "
+            "ranks, scaled by (2(P-1) - log2 P) / 11 above; tune to the network's "
+            "latency/bandwidth crossover",
      .field = config_field<&CollectiveConfig::rd_max_bytes>()},
     {.name = "EAGERCOMM_DIRECT_MIN_BYTES",
      .kind = ConfigKind::kSize,

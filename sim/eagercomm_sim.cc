@@ -183,17 +183,114 @@ int partial_table(const PartialTable& t, const std::vector<int>& ranks,
   return 0;
 }
 
+const std::vector<uint64_t> kCollectiveSizes{8, 1024, 64 * 1024, 1 << 20};
+const std::vector<uint64_t> kPartialSizes{4096};
+
+struct CollectiveTable {
+  std::string coll = "allreduce", algo = "auto", link = "hdr";
+  int iters = 3;
+  uint64_t elide = 64ull << 20;
+  bool show_calls = false;
+  std::FILE* trace = nullptr;
+};
+
+// The collective table: one row per P and size.
+int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
+                     const std::vector<uint64_t>& sizes, const LogGP& model, std::string* rows) {
+  std::printf("# eagercomm-sim: %s on %s (%s)\n", t.coll.c_str(), t.link.c_str(),
+              model.describe().c_str());
+  std::printf("# %6s %12s %6s %12s %12s %7s %12s %10s %8s %6s\n", "ranks", "bytes", "algo",
+              "first (us)", "model (us)", "ratio", "mean (us)", "msgs/call", "wall (s)", "wrong");
+  for (int P : ranks) {
+    WorldOptions wo;
+    wo.ranks = P;
+    wo.link = model;
+    wo.elide_bytes = t.elide;
+    if (t.algo == "ring") wo.config["EAGERCOMM_ALLREDUCE_ALGO"] = "ring";
+    if (t.algo == "rd") wo.config["EAGERCOMM_ALLREDUCE_ALGO"] = "rd";
+    Result<std::unique_ptr<SimWorld>> world = SimWorld::create(wo);
+    if (!world.ok()) {
+      std::fprintf(stderr, "eagercomm-sim: P=%d: %s\n", P, world.status().to_string().c_str());
+      return 1;
+    }
+    world.value()->network().set_trace(t.trace);
+    for (uint64_t bytes : sizes) {
+      if (t.trace)
+        std::fprintf(t.trace, "# P=%d, %llu bytes\n", P, static_cast<unsigned long long>(bytes));
+      CollectiveRun run;
+      run.collective = t.coll;
+      run.bytes = bytes;
+      run.iters = t.iters;
+      Result<CollectiveResult> r = run_collective(*world.value(), run);
+      if (!r.ok()) {
+        std::fprintf(stderr, "eagercomm-sim: P=%d, %llu bytes: %s\n", P,
+                     static_cast<unsigned long long>(bytes), r.status().to_string().c_str());
+        return 1;
+      }
+      // Which algorithm ran: the library's own choice for the sim transport (no mapped memory,
+      // no small boxes).
+      const Config& cfg = world.value()->config();
+      const bool rd = t.coll == "allreduce" &&
+                      detail::choose_allreduce(cfg, P, bytes, cfg.slot_bytes - kSlotHeaderBytes,
+                                               false, 0) == detail::Algo::kRecursiveDoubling;
+      const std::string used = t.coll != "allreduce" ? "-" : rd ? "rd" : "ring";
+      double model_us = 0;
+      if (t.coll == "allreduce") {
+        model_us =
+            (rd ? rd_allreduce_ns(model, P, bytes) : ring_allreduce_ns(model, P, bytes)) / 1e3;
+      }
+      const CollectiveResult& x = r.value();
+      const double ratio = model_us > 0 ? x.first_us / model_us : 0;
+      const double msgs = static_cast<double>(x.network.messages) / t.iters;
+      std::printf("  %6d %12llu %6s %12.2f %12.2f %7.3f %12.2f %10.0f %8.2f %6s\n", P,
+                  static_cast<unsigned long long>(bytes), used.c_str(), x.first_us, model_us, ratio,
+                  x.time_us, msgs, x.wall_s, x.checked ? std::to_string(x.wrong).c_str() : "-");
+      if (t.show_calls) {
+        std::printf("#   calls end at (us):");
+        for (double t : x.call_end_us) std::printf(" %.1f", t);
+        uint64_t spills = 0, unexpected = 0;
+        for (int q = 0; q < P; ++q) {
+          const CommunicatorStats st = world.value()->comm(q).stats();
+          spills += st.spills;
+          unexpected += st.unexpected_messages;
+        }
+        std::printf("\n#   so far, all ranks: %llu spills, %llu unexpected messages\n",
+                    static_cast<unsigned long long>(spills),
+                    static_cast<unsigned long long>(unexpected));
+      }
+      std::fflush(stdout);
+      char row[512];
+      std::snprintf(row, sizeof(row),
+                    "%s{\"ranks\": %d, \"bytes\": %llu, \"collective\": \"%s\", \"algo\": \"%s\", "
+                    "\"link\": \"%s\", \"first_us\": %.4f, \"mean_us\": %.4f, \"model_us\": %.4f, "
+                    "\"ratio\": %.4f, "
+                    "\"messages_per_call\": %.1f, \"wall_s\": %.3f, \"checked\": %s, \"wrong\": "
+                    "%llu}",
+                    rows->empty() ? "" : ",\n ", P, static_cast<unsigned long long>(bytes),
+                    t.coll.c_str(), used.c_str(), t.link.c_str(), x.first_us, x.time_us, model_us,
+                    ratio, msgs, x.wall_s, x.checked ? "true" : "false",
+                    static_cast<unsigned long long>(x.wrong));
+      *rows += row;
+      if (x.checked && x.wrong) {
+        std::fprintf(stderr, "eagercomm-sim: P=%d, %llu bytes: %llu wrong elements\n", P,
+                     static_cast<unsigned long long>(bytes),
+                     static_cast<unsigned long long>(x.wrong));
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> ranks{2, 4, 8, 16, 32, 64};
-  std::vector<uint64_t> sizes{8, 1024, 64 * 1024, 1 << 20};
-  std::string coll = "allreduce", algo = "auto", link = "hdr", json;
-  int iters = 3;
-  bool show_calls = false;
+  std::vector<uint64_t> sizes;  // --bytes; else each table's default
+  CollectiveTable table;
+  std::string json;
   std::string trace_path;
   PartialTable partial;
-  uint64_t elide = 64ull << 20;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -217,18 +314,18 @@ int main(int argc, char** argv) {
                                 [](const std::string& t, uint64_t* o) { return parse_size(t, o); }))
         return bad("--bytes takes sizes");
     } else if (a == "--coll" && v) {
-      coll = v;
+      table.coll = v;
     } else if (a == "--algo" && v) {
-      algo = v;
-      if (algo != "auto" && algo != "ring" && algo != "rd")
+      table.algo = v;
+      if (table.algo != "auto" && table.algo != "ring" && table.algo != "rd")
         return bad("--algo is auto, ring or rd");
     } else if (a == "--link" && v) {
-      link = v;
+      table.link = v;
     } else if (a == "--iters" && v) {
-      iters = std::atoi(v);
-      if (iters < 1) return bad("--iters takes a count >= 1");
+      table.iters = std::atoi(v);
+      if (table.iters < 1) return bad("--iters takes a count >= 1");
     } else if (a == "--elide" && v) {
-      if (!parse_size(v, &elide)) return bad("--elide takes a size");
+      if (!parse_size(v, &table.elide)) return bad("--elide takes a size");
     } else if (a == "--modes" && v) {
       if (!parse_list<std::string>(v, &partial.modes, [](const std::string& t, std::string* o) {
             *o = t;
@@ -256,7 +353,7 @@ int main(int argc, char** argv) {
     } else if (a == "--trace" && v) {
       trace_path = v;
     } else if (a == "--calls") {
-      show_calls = true;
+      table.show_calls = true;
       continue;
     } else if (a == "--json" && v) {
       json = v;
@@ -272,8 +369,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "eagercomm-sim: cannot write %s\n", trace_path.c_str());
     return 1;
   }
-  partial.trace = trace;
-  Result<LogGP> model = loggp_preset(link);
+  partial.trace = table.trace = trace;
+  Result<LogGP> model = loggp_preset(table.link);
   if (!model.ok()) {
     std::fprintf(stderr, "eagercomm-sim: %s\n", model.status().message().c_str());
     return 2;
@@ -283,97 +380,15 @@ int main(int argc, char** argv) {
     std::printf(
         "# eagercomm-sim: partial allreduce on %s (%s), %d steps of %.0f us, stragglers "
         "%s computing %.0f steps more, result depth %u, seed %llu\n",
-        link.c_str(), model.value().describe().c_str(), partial.steps, partial.compute_us,
+        table.link.c_str(), model.value().describe().c_str(), partial.steps, partial.compute_us,
         partial.stragglers.c_str(), partial.delay_steps, partial.result_depth,
         static_cast<unsigned long long>(partial.seed));
-    if (sizes.size() == 4 && sizes[0] == 8) sizes = {4096};  // the default sizes are collectives'
-    const int rc = partial_table(partial, ranks, sizes, model.value(), &rows);
+    const int rc =
+        partial_table(partial, ranks, sizes.empty() ? kPartialSizes : sizes, model.value(), &rows);
     if (rc != 0) return rc;
     return write_json(json, rows);
   }
-  std::printf("# eagercomm-sim: %s on %s (%s)\n", coll.c_str(), link.c_str(),
-              model.value().describe().c_str());
-  std::printf("# %6s %12s %6s %12s %12s %7s %12s %10s %8s %6s\n", "ranks", "bytes", "algo",
-              "first (us)", "model (us)", "ratio", "mean (us)", "msgs/call", "wall (s)", "wrong");
-  for (int P : ranks) {
-    WorldOptions wo;
-    wo.ranks = P;
-    wo.link = model.value();
-    wo.elide_bytes = elide;
-    if (algo == "ring") wo.config["EAGERCOMM_ALLREDUCE_ALGO"] = "ring";
-    if (algo == "rd") wo.config["EAGERCOMM_ALLREDUCE_ALGO"] = "rd";
-    Result<std::unique_ptr<SimWorld>> world = SimWorld::create(wo);
-    if (!world.ok()) {
-      std::fprintf(stderr, "eagercomm-sim: P=%d: %s\n", P, world.status().to_string().c_str());
-      return 1;
-    }
-    world.value()->network().set_trace(trace);
-    for (uint64_t bytes : sizes) {
-      if (trace)
-        std::fprintf(trace, "# P=%d, %llu bytes\n", P, static_cast<unsigned long long>(bytes));
-      CollectiveRun run;
-      run.collective = coll;
-      run.bytes = bytes;
-      run.iters = iters;
-      Result<CollectiveResult> r = run_collective(*world.value(), run);
-      if (!r.ok()) {
-        std::fprintf(stderr, "eagercomm-sim: P=%d, %llu bytes: %s\n", P,
-                     static_cast<unsigned long long>(bytes), r.status().to_string().c_str());
-        return 1;
-      }
-      // Which algorithm ran: the library's own choice for the sim transport (no mapped memory,
-      // no small boxes).
-      const Config& cfg = world.value()->config();
-      const bool rd = coll == "allreduce" &&
-                      detail::choose_allreduce(cfg, P, bytes, cfg.slot_bytes - kSlotHeaderBytes,
-                                               false, 0) == detail::Algo::kRecursiveDoubling;
-      const std::string used = coll != "allreduce" ? "-" : rd ? "rd" : "ring";
-      double model_us = 0;
-      if (coll == "allreduce") {
-        model_us = (rd ? rd_allreduce_ns(model.value(), P, bytes)
-                       : ring_allreduce_ns(model.value(), P, bytes)) /
-                   1e3;
-      }
-      const CollectiveResult& x = r.value();
-      const double ratio = model_us > 0 ? x.first_us / model_us : 0;
-      const double msgs = static_cast<double>(x.network.messages) / iters;
-      std::printf("  %6d %12llu %6s %12.2f %12.2f %7.3f %12.2f %10.0f %8.2f %6s\n", P,
-                  static_cast<unsigned long long>(bytes), used.c_str(), x.first_us, model_us, ratio,
-                  x.time_us, msgs, x.wall_s, x.checked ? std::to_string(x.wrong).c_str() : "-");
-      if (show_calls) {
-        std::printf("#   calls end at (us):");
-        for (double t : x.call_end_us) std::printf(" %.1f", t);
-        uint64_t spills = 0, unexpected = 0, blocks = 0;
-        for (int q = 0; q < P; ++q) {
-          const CommunicatorStats st = world.value()->comm(q).stats();
-          spills += st.spills;
-          unexpected += st.unexpected_messages;
-          blocks += st.engine_blocks;
-        }
-        std::printf("\n#   so far, all ranks: %llu spills, %llu unexpected messages\n",
-                    static_cast<unsigned long long>(spills),
-                    static_cast<unsigned long long>(unexpected));
-      }
-      std::fflush(stdout);
-      char row[512];
-      std::snprintf(row, sizeof(row),
-                    "%s{\"ranks\": %d, \"bytes\": %llu, \"collective\": \"%s\", \"algo\": \"%s\", "
-                    "\"link\": \"%s\", \"first_us\": %.4f, \"mean_us\": %.4f, \"model_us\": %.4f, "
-                    "\"ratio\": %.4f, "
-                    "\"messages_per_call\": %.1f, \"wall_s\": %.3f, \"checked\": %s, \"wrong\": "
-                    "%llu}",
-                    rows.empty() ? "" : ",\n ", P, static_cast<unsigned long long>(bytes),
-                    coll.c_str(), used.c_str(), link.c_str(), x.first_us, x.time_us, model_us,
-                    ratio, msgs, x.wall_s, x.checked ? "true" : "false",
-                    static_cast<unsigned long long>(x.wrong));
-      rows += row;
-      if (x.checked && x.wrong) {
-        std::fprintf(stderr, "eagercomm-sim: P=%d, %llu bytes: %llu wrong elements\n", P,
-                     static_cast<unsigned long long>(bytes),
-                     static_cast<unsigned long long>(x.wrong));
-        return 1;
-      }
-    }
-  }
-  return write_json(json, rows);
+  const int rc = collective_table(table, ranks, sizes.empty() ? kCollectiveSizes : sizes,
+                                  model.value(), &rows);
+  return rc != 0 ? rc : write_json(json, rows);
 }

@@ -14,6 +14,16 @@ import sys
 from collections import defaultdict
 
 
+def finish(ax, ylabel):
+    """Both panels: ranks on a log2 axis, the value on a log axis, legend, grid."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("ranks")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small")
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__.strip(), file=sys.stderr)
@@ -50,12 +60,7 @@ def main(argv):
                             label=f"{name} {size} B")
             if any(r["model_us"] > 0 for r in rs):
                 ax.plot(x, [r["model_us"] for r in rs], linestyle="--", color=line.get_color())
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("ranks")
-        ax.set_ylabel("virtual time of one call (us); dashed: LogGP closed form")
-        ax.legend(fontsize="small")
-        ax.grid(True, which="both", alpha=0.3)
+        finish(ax, "virtual time of one call (us); dashed: LogGP closed form")
     if part:
         ax = next(ax_iter)
         lines = defaultdict(list)
@@ -66,12 +71,7 @@ def main(argv):
             ax.plot([r["ranks"] for r in rs], [r["ratio"] for r in rs], marker="o",
                     label=f"{mode}, result depth {depth}" if depth else mode)
         ax.axhline(1.1, color="grey", linestyle=":", label="1.1x")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("ranks")
-        ax.set_ylabel("fast ranks' step time, stragglers / none")
-        ax.legend(fontsize="small")
-        ax.grid(True, which="both", alpha=0.3)
+        finish(ax, "fast ranks' step time, stragglers / none")
     fig.tight_layout()
     fig.savefig(argv[1], dpi=110)
     return 0

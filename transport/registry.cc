@@ -81,7 +81,7 @@ std::vector<TransportInfo> list_transports() {
                     : name == "verbs" ? "built without libibverbs (install libibverbs-dev "
                                         "librdmacm-dev and reconfigure)"
                                       : "not built into this library yet";
-    } else if (name == "sim" && !sim::sim_network_installed()) {
+    } else if (name == "sim" && sim::installed_network() == nullptr) {
       info.available = false;
       info.reason = "only inside a simulation (eagercomm-sim)";
     } else if (name == "verbs") {  // usable only where an RDMA port is active

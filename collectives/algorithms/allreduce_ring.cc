@@ -113,9 +113,8 @@ size_t rd_max_bytes_at(const Config& config, int size) {
   if (size <= 8) return config.rd_max_bytes;
   int log2p = 0;
   while ((1 << (log2p + 1)) <= size) ++log2p;
-  const double scale = (2.0 * (size - 1) - log2p) / 11.0;
-  const double scaled = static_cast<double>(config.rd_max_bytes) * scale;
-  return scaled >= 1e18 ? static_cast<size_t>(1e18) : static_cast<size_t>(scaled);
+  // EAGERCOMM_RD_MAX_BYTES <= 64 MiB (2^26) times less than 2^32: no overflow.
+  return config.rd_max_bytes * static_cast<size_t>(2 * (size - 1) - log2p) / 11;
 }
 
 Algo choose_allreduce(const Config& config, int size, size_t bytes, size_t payload_capacity,

@@ -1,6 +1,7 @@
 #include "collectives/engine/partner_layout.h"
 
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include "collectives/algorithms/algorithms.h"
@@ -19,13 +20,15 @@ class PartnerLayout final : public MailboxLayout {
         control_(SlotShape{kControlSlots, std::min(kControlSlotBytes, data.slot_bytes)}) {}
 
   SlotShape shape(int receiver, int sender) const override {
-    const std::vector<int>& partners = partners_of(receiver, scratch_a_);
+    std::vector<int> computed;
+    const std::span<const int> partners = partners_of(receiver, computed);
     if (!std::binary_search(partners.begin(), partners.end(), sender)) return control_;
     return partner_shape(receiver, sender);
   }
 
   size_t offset(int receiver, int sender) const override {
-    const std::vector<int>& partners = partners_of(receiver, scratch_a_);
+    std::vector<int> computed;
+    const std::span<const int> partners = partners_of(receiver, computed);
     size_t data_bytes = 0;
     int data_before = 0;
     for (int q : partners) {
@@ -39,7 +42,8 @@ class PartnerLayout final : public MailboxLayout {
 
   size_t inbox_bytes(int receiver) const override {
     if (size() == 1) return data_.bytes();  // never written; an empty region is not allowed
-    const std::vector<int>& partners = partners_of(receiver, scratch_a_);
+    std::vector<int> computed;
+    const std::span<const int> partners = partners_of(receiver, computed);
     size_t bytes = 0;
     for (int q : partners) bytes += partner_shape(receiver, q).bytes();
     const int others = size() - 1 - static_cast<int>(partners.size());
@@ -53,18 +57,17 @@ class PartnerLayout final : public MailboxLayout {
     const int d = (sender - receiver + size()) % size();
     return d == 1 || d == size() - 1 ? data_ : near_;
   }
-  // This rank's partners, or `receiver`'s computed into `scratch`. Layouts are used by one
-  // thread at a time (the mailbox's driver, or its creator).
-  const std::vector<int>& partners_of(int receiver, std::vector<int>& scratch) const {
+  // This rank's partners (kept: the mailbox asks for them once per peer), or `receiver`'s,
+  // computed into the caller's `computed`.
+  std::span<const int> partners_of(int receiver, std::vector<int>& computed) const {
     if (receiver == rank_) return mine_;
-    scratch = data_partners(receiver, size());
-    return scratch;
+    computed = data_partners(receiver, size());
+    return computed;
   }
 
   const int rank_;
   const std::vector<int> mine_;
   const SlotShape data_, near_, control_;
-  mutable std::vector<int> scratch_a_;
 };
 
 }  // namespace

@@ -41,8 +41,6 @@ void SimNetwork::uninstall() {
   g_installed.compare_exchange_strong(expected, nullptr);
 }
 
-bool sim_network_installed() { return g_installed.load() != nullptr; }
-
 SimNetwork* installed_network() { return g_installed.load(); }
 
 void SimNetwork::push(Event e) {

@@ -174,8 +174,7 @@ class SimNetwork final : public VirtualClock {
 };
 
 Result<std::unique_ptr<Transport>> create_sim_transport(const TransportParams& params);
-// Whether a network is installed (the registry's availability of "sim"), and which.
-bool sim_network_installed();
+// The installed network, or null (then "sim" is not available).
 SimNetwork* installed_network();
 
 }  // namespace eagercomm::sim

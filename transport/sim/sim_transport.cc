@@ -1,6 +1,7 @@
 // One rank's endpoint of a SimNetwork (sim_network.h).
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "transport/sim/sim_network.h"
