@@ -30,7 +30,9 @@
 //               object's calls before each post); synchronous otherwise and at the start.
 //               Every rank decides the same from the same numbers.
 // Every sync_every-th round (option) is synchronous whatever the mode, which bounds staleness:
-// every post lands at most sync_every - 1 rounds after the round it was meant for.
+// for a rank that takes a result between its posts (EagerSgd's loop), every post lands at most
+// sync_every - 1 rounds after the round it was meant for. A rank that posts again before taking
+// a result has both posts meant for one round; the second may land later than that.
 //
 // Fresh and late: a post is meant for the round after the last result this rank has taken
 // (poll/wait), i.e. it was computed on the model every result so far was applied to. It is fresh

@@ -5,6 +5,7 @@
 //                 [--json FILE]
 //   eagercomm-sim --modes solo,majority,quorum:K,sync [--stragglers 1%|N] [--delay-steps D]
 //                 [--compute-us C] [--steps N] [--seed S] [--ranks ...] [--bytes ...]
+//   eagercomm-sim --explore SEED[:COUNT]
 //
 // Collectives: for each P and size, the virtual time of the first call (until its last rank
 // finished), the LogGP closed form of the algorithm (allreduce), their ratio, the mean time per
@@ -12,7 +13,11 @@
 // of the run. Partial allreduce (--modes): for each P, size and mode, the mean step time of the
 // ranks not drawn as stragglers, with and without stragglers, their ratio, the fresh fraction
 // and the staleness. A table and, with --json, a JSON array (one object per row).
+// --explore: the schedule explorer (sim/explorer.h) over seeds SEED .. SEED + COUNT - 1; prints
+// every broken invariant with its seed (run that seed alone to replay it) and a summary; exit
+// status 1 if any seed broke one.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +29,7 @@
 #include "collectives/partial_allreduce.h"
 #include "sim/closed_forms.h"
 #include "sim/collective_sim.h"
+#include "sim/explorer.h"
 #include "sim/partial_sim.h"
 
 namespace {
@@ -51,7 +57,9 @@ void usage() {
       "  --compute-us C   every rank's compute per step [100]\n"
       "  --steps N        steps per run [20]\n"
       "  --result-depth N rounds a rank may hold unreleased (PartialOptions) [4]\n"
-      "  --seed S         the draws' seed [1]\n");
+      "  --seed S         the draws' seed [1]\n"
+      "the schedule explorer instead (partial-allreduce invariants under drawn schedules):\n"
+      "  --explore S[:N]  seeds S .. S+N-1 [N = 1]; -v prints every seed's case\n");
 }
 
 bool parse_size(const std::string& text, uint64_t* out) {
@@ -282,6 +290,35 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
   return 0;
 }
 
+// --explore: one line per broken invariant, a summary; 1 if any seed broke one.
+int explore_seeds(uint64_t first, uint64_t count, bool verbose) {
+  uint64_t failed = 0, died = 0, rounds = 0;
+  quiet_explorer_logs();
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t seed = first; seed < first + count; ++seed) {
+    const ExploreCase c = draw_case(seed);
+    if (verbose)
+      std::printf("seed %llu: %s\n", static_cast<unsigned long long>(seed), c.describe().c_str());
+    const Result<ExploreOutcome> r = explore(c);
+    if (!r.ok()) {
+      ++failed;
+      std::printf("FAILED %s\n", r.status().message().c_str());
+      continue;
+    }
+    died += r.value().died;
+    rounds += r.value().rounds;
+  }
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf(
+      "# explored seeds %llu .. %llu: %llu broke an invariant, %llu with a death, %llu "
+      "rounds, %.1f s\n",
+      static_cast<unsigned long long>(first), static_cast<unsigned long long>(first + count - 1),
+      static_cast<unsigned long long>(failed), static_cast<unsigned long long>(died),
+      static_cast<unsigned long long>(rounds), wall);
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -291,6 +328,8 @@ int main(int argc, char** argv) {
   std::string json;
   std::string trace_path;
   PartialTable partial;
+  uint64_t explore_first = 0, explore_count = 0;
+  bool verbose = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -350,6 +389,15 @@ int main(int argc, char** argv) {
       partial.result_depth = static_cast<uint32_t>(d);
     } else if (a == "--seed" && v) {
       partial.seed = std::strtoull(v, nullptr, 10);
+    } else if (a == "--explore" && v) {
+      char* end = nullptr;
+      explore_first = std::strtoull(v, &end, 10);
+      explore_count = 1;
+      if (end != v && *end == ':') explore_count = std::strtoull(end + 1, &end, 10);
+      if (end == v || *end != 0 || explore_count < 1) return bad("--explore takes SEED[:COUNT]");
+    } else if (a == "-v") {
+      verbose = true;
+      continue;
     } else if (a == "--trace" && v) {
       trace_path = v;
     } else if (a == "--calls") {
@@ -364,6 +412,7 @@ int main(int argc, char** argv) {
     }
     ++i;
   }
+  if (explore_count > 0) return explore_seeds(explore_first, explore_count, verbose);
   std::FILE* trace = nullptr;
   if (!trace_path.empty() && !(trace = std::fopen(trace_path.c_str(), "w"))) {
     std::fprintf(stderr, "eagercomm-sim: cannot write %s\n", trace_path.c_str());

@@ -3,6 +3,7 @@
 // times agree with the LogGP closed forms of the algorithms.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -220,6 +221,71 @@ TEST(Sim, SimTransportKeepsTheContract) {
   EXPECT_GT(net.now_ns(), 900);  // at least L of the ndr preset passed
   t[1]->close();
   EXPECT_EQ(t[0]->notify(1, 1).code(), StatusCode::kPeerFailed);
+  t.clear();
+  net.uninstall();
+}
+
+// The explorer's knobs (sim_network.h, Perturbation and kill): jitter reorders messages of
+// different pairs but never those of one pair; a dead rank's peers are told after the detection
+// time, with the cause, and writes to it are lost before that and fail after.
+TEST(Sim, PerturbationsKeepPerPairOrderAndADeathIsReported) {
+  SimNetwork net(3, loggp_preset("hdr").value());
+  ASSERT_TRUE(net.install().ok());
+  net.perturb({7, 50'000, true, 0});
+  Config config;
+  HashStore store;
+  std::vector<std::unique_ptr<Transport>> t;
+  for (int r = 0; r < 3; ++r) {
+    TransportParams p{r, 3, &config, &store, "perturb", true};
+    auto made = create_transport("sim", p);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    t.push_back(std::move(made).value());
+  }
+  Recorder rec(t);
+  rec.first = [&] {
+    for (uint32_t i = 0; i < 40; ++i) {
+      EXPECT_TRUE(t[0]->notify(2, 1000 + i).ok());
+      EXPECT_TRUE(t[1]->notify(2, 2000 + i).ok());
+    }
+  };
+  net.schedule_run(0, 0);
+  net.run(rec, [] { return false; });
+  std::vector<uint32_t> from0, from1, all;
+  for (const auto& [rank, c] : rec.seen) {
+    ASSERT_EQ(rank, 2);
+    all.push_back(c.tag);
+    (c.peer == 0 ? from0 : from1).push_back(c.tag);
+  }
+  ASSERT_EQ(from0.size(), 40u);
+  ASSERT_EQ(from1.size(), 40u);
+  EXPECT_TRUE(std::is_sorted(from0.begin(), from0.end()));
+  EXPECT_TRUE(std::is_sorted(from1.begin(), from1.end()));
+  // Without jitter rank 0's and rank 1's would alternate; with it some overtake others.
+  int switches = 0;
+  for (size_t i = 1; i < all.size(); ++i) switches += (all[i] / 1000) != (all[i - 1] / 1000);
+  EXPECT_LT(switches, 79);
+
+  rec.seen.clear();
+  rec.first = [&] {
+    net.kill(1, 10'000);
+    EXPECT_TRUE(net.dead(1));
+    EXPECT_TRUE(t[0]->notify(1, 5).ok());  // not detected yet: accepted, lost
+  };
+  net.schedule_run(0, net.now_ns());
+  net.run(rec, [] { return false; });
+  int errors = 0;
+  for (const auto& [rank, c] : rec.seen) {
+    EXPECT_NE(rank, 1) << "a dead rank received something";
+    if (c.kind == TransportCompletion::Kind::kPeerError) {
+      EXPECT_EQ(c.peer, 1);
+      ++errors;
+    }
+  }
+  EXPECT_EQ(errors, 2);  // ranks 0 and 2
+  const Status why = t[0]->peer_error(1);
+  EXPECT_EQ(why.code(), StatusCode::kPeerFailed);
+  EXPECT_NE(why.message().find("rank 1 died"), std::string::npos) << why.message();
+  EXPECT_EQ(t[2]->notify(1, 6).code(), StatusCode::kPeerFailed);
   t.clear();
   net.uninstall();
 }

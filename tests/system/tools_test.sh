@@ -148,6 +148,17 @@ if "$sim" --modes solo,fast >"$tmp/out" 2>"$tmp/err"; then fail "eagercomm-sim a
 grep -q -- "--modes" "$tmp/err" || fail "bad --modes not named: $(cat "$tmp/err")"
 if "$sim" --link edr >"$tmp/out" 2>"$tmp/err"; then fail "eagercomm-sim accepted --link edr"; fi
 grep -q "hdr, ndr" "$tmp/err" || fail "the link presets not listed: $(cat "$tmp/err")"
+# The schedule explorer: a range of seeds, a summary naming the range; a replayed seed shows its
+# case; bad ranges refused.
+"$sim" --explore 7:30 >"$tmp/explore.txt" 2>&1 || fail "eagercomm-sim --explore failed: $(cat "$tmp/explore.txt")"
+grep -q '^# explored seeds 7 \.\. 36: 0 broke an invariant' "$tmp/explore.txt" \
+  || fail "no explorer summary: $(cat "$tmp/explore.txt")"
+"$sim" --explore 9 -v >"$tmp/explore.txt" 2>&1 || fail "eagercomm-sim --explore 9 failed"
+grep -q '^seed 9: .* ranks, ' "$tmp/explore.txt" || fail "seed 9's case not shown: $(cat "$tmp/explore.txt")"
+for bad in x 5:0 5:x; do
+  if "$sim" --explore "$bad" >"$tmp/out" 2>"$tmp/err"; then fail "eagercomm-sim accepted --explore $bad"; fi
+  grep -q 'SEED\[:COUNT\]' "$tmp/err" || fail "--explore $bad: $(cat "$tmp/err")"
+done
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 "$(dirname "$0")/../../sim/plot_sim.py" "$tmp/sim.png" "$tmp/sim.json" \
     "$tmp/simp.json" >/dev/null || fail "plot_sim.py failed"

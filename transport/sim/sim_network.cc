@@ -45,6 +45,7 @@ SimNetwork* installed_network() { return g_installed.load(); }
 
 void SimNetwork::push(Event e) {
   e.seq = seq_++;
+  if (e.kind == Kind::kDeliver || e.kind == Kind::kLocal) ++in_flight_;
   events_.push(e);
 }
 
@@ -88,12 +89,14 @@ Status SimNetwork::write(int src, int dst, const uint8_t* from, uint8_t* to, siz
   if (ranks_[src].closed) {
     return Status(StatusCode::kAborted, "sim: this rank's transport is closed");
   }
-  if (ranks_[dst].closed) {
+  if (ranks_[dst].dead && now_ns_ >= ranks_[dst].lost_after) return peer_error(src, dst);
+  if (ranks_[dst].closed && !ranks_[dst].dead) {
     return make_status(StatusCode::kPeerFailed, "sim: rank %d left the job", dst);
   }
   Rank& s = ranks_[src];
   Rank& d = ranks_[dst];
   if (!timed_) {
+    if (d.dead) return peer_error(src, dst);
     // Setup: delivered at once, untimed.
     if (to && bytes) std::memcpy(to, from, bytes);
     d.completions.push_back(TransportCompletion{TransportCompletion::Kind::kNotify, src, tag, 0});
@@ -119,6 +122,9 @@ Status SimNetwork::write(int src, int dst, const uint8_t* from, uint8_t* to, siz
     arrive = std::max(inject + ns(model_.L_ns), d.rx_free) + wire;
     d.rx_free = arrive;
   }
+  if (perturb_.jitter_ns > 0) {
+    arrive += static_cast<int64_t>(rng_() % static_cast<uint64_t>(perturb_.jitter_ns + 1));
+  }
   // Per-pair order (the contract): nothing overtakes what this rank sent that peer before.
   int64_t& last = s.last_arrival[dst];
   arrive = std::max(arrive, last);
@@ -140,7 +146,7 @@ Status SimNetwork::write(int src, int dst, const uint8_t* from, uint8_t* to, siz
   e.to = to;
   e.bytes = bytes;
   push(e);
-  if (signal_done) {
+  if (signal_done && !d.dead) {  // a dead peer acknowledges nothing
     Event done{};
     done.at = arrive + ns(model_.L_ns);  // the acknowledgement
     done.kind = Kind::kLocal;
@@ -149,6 +155,40 @@ Status SimNetwork::write(int src, int dst, const uint8_t* from, uint8_t* to, siz
     push(done);
   }
   return Status::Ok();
+}
+
+void SimNetwork::perturb(const Perturbation& p) {
+  perturb_ = p;
+  rng_.seed(p.seed);
+}
+
+void SimNetwork::kill(int rank, int64_t detect_ns) {
+  Rank& r = ranks_[rank];
+  if (r.dead) return;
+  r.dead = true;
+  r.closed = true;
+  r.died_at = now_ns_;
+  r.lost_after = now_ns_ + std::max<int64_t>(detect_ns, 0);
+  r.completions.clear();
+  if (trace_) std::fprintf(trace_, "%lld kill %d\n", static_cast<long long>(now_ns_), rank);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank) continue;
+    Event e{};
+    e.at = r.lost_after;
+    e.kind = Kind::kLocal;
+    e.rank = peer;
+    e.completion = TransportCompletion{TransportCompletion::Kind::kPeerError, rank, 0, 0};
+    push(e);
+  }
+}
+
+Status SimNetwork::peer_error(int rank, int peer) const {
+  (void)rank;
+  if (peer >= 0 && peer < size_ && ranks_[peer].dead) {
+    return make_status(StatusCode::kPeerFailed, "sim: rank %d died at %.3f ms (virtual time)", peer,
+                       static_cast<double>(ranks_[peer].died_at) / 1e6);
+  }
+  return make_status(StatusCode::kPeerFailed, "sim: rank %d is not known to have failed", peer);
 }
 
 void SimNetwork::wait(int rank, std::chrono::nanoseconds timeout) {
@@ -227,6 +267,7 @@ bool SimNetwork::step(RankDriver& driver, int64_t until_ns) {
     const Event e = events_.top();
     events_.pop();
     ++stats_.events;
+    if (e.kind == Kind::kDeliver || e.kind == Kind::kLocal) --in_flight_;
     if (trace_) {
       static const char* const kNames[] = {"deliver", "done", "wake", "run"};
       std::fprintf(trace_, "%lld %s %d", static_cast<long long>(t),
@@ -240,7 +281,13 @@ bool SimNetwork::step(RankDriver& driver, int64_t until_ns) {
     switch (e.kind) {
       case Kind::kDeliver:
         if (r.closed) break;
-        if (e.to && e.bytes && e.bytes <= elide_bytes_) std::memcpy(e.to, e.from, e.bytes);
+        if (e.to && e.bytes && e.bytes <= elide_bytes_) {
+          std::memcpy(e.to, e.from, e.bytes);
+          ++payloads_delivered_;
+          if (perturb_.corrupt_from && payloads_delivered_ >= perturb_.corrupt_from) {
+            e.to[e.bytes / 2] ^= 0x40;
+          }
+        }
         r.completions.push_back(e.completion);
         // Taking a message in costs the receiver o, and its bytes the reduction (or copy) the
         // collectives do with them, before it can act on it.
@@ -262,11 +309,13 @@ bool SimNetwork::step(RankDriver& driver, int64_t until_ns) {
     }
   }
   std::sort(runnable_.begin(), runnable_.end());
+  if (perturb_.shuffle) std::shuffle(runnable_.begin(), runnable_.end(), rng_);
   std::vector<int> now_runnable;
   now_runnable.swap(runnable_);
   for (int rank : now_runnable) {
     Rank& r = ranks_[rank];
     r.runnable = false;
+    if (r.dead) continue;
     if (r.cpu_free > t) {
       if (trace_) {
         std::fprintf(trace_, "%lld busy %d until %lld\n", static_cast<long long>(t), rank,

@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <queue>
+#include <random>
 #include <unordered_map>
 #include <vector>
 
@@ -101,6 +102,32 @@ class SimNetwork final : public VirtualClock {
     return stopped;
   }
 
+  // What a run may vary within the transport contract (the schedule explorer's knobs,
+  // sim/explorer.h): every message arrives up to `jitter_ns` later than the model says (per-pair
+  // order is kept, so only messages of different pairs overtake each other), and ranks that are
+  // runnable at one instant run in an order drawn from `seed` instead of rank order. The draws
+  // come from `seed`: the same seed gives the same run.
+  struct Perturbation {
+    uint64_t seed = 0;
+    int64_t jitter_ns = 0;
+    bool shuffle = false;
+    // Outside the contract, to show that the explorer notices broken deliveries: from the n-th
+    // payload delivered on (1-based; 0: never), payloads arrive with their middle byte changed.
+    uint64_t corrupt_from = 0;
+  };
+  void perturb(const Perturbation& p);
+
+  // Inside run(): `rank`'s process dies now. Its driver never runs again and nothing more reaches
+  // it (messages in flight to it are lost; those it sent still arrive); `detect_ns` later every
+  // live peer's transport reports it lost (kPeerError), as a broken connection would, and writes
+  // to it fail from then on (before that they are accepted and lost, and never complete).
+  void kill(int rank, int64_t detect_ns);
+  bool dead(int rank) const { return ranks_[rank].dead; }
+  // Why `rank` lost `peer`: kPeerFailed naming when it died (for SimTransport::peer_error).
+  Status peer_error(int rank, int peer) const;
+  // Deliveries and local completions scheduled and not handled yet (wake-ups not counted).
+  uint64_t in_flight() const { return in_flight_; }
+
   const NetworkStats& stats() const { return stats_; }
   // Writes a line per message sent and per event handled to `out` (null: none), for following a
   // run step by step: "<ns> send <src> -> <dst> <bytes>B tag 0x<tag> arrives <ns>", "<ns> deliver
@@ -149,6 +176,9 @@ class SimNetwork final : public VirtualClock {
     std::unordered_map<int, int64_t> last_arrival;  // per peer: its last message\'s arrival
     int64_t wake_at = INT64_MAX;                    // the earliest wake-up scheduled
     bool closed = false;
+    bool dead = false;
+    int64_t died_at = 0;
+    int64_t lost_after = 0;  // dead: writes to it fail from then on
     bool runnable = false;
     std::vector<Region> regions;
   };
@@ -171,6 +201,10 @@ class SimNetwork final : public VirtualClock {
   std::vector<uint8_t> setup_woken_;
   NetworkStats stats_;
   std::FILE* trace_ = nullptr;
+  Perturbation perturb_;
+  std::mt19937_64 rng_;
+  uint64_t in_flight_ = 0;
+  uint64_t payloads_delivered_ = 0;
 };
 
 Result<std::unique_ptr<Transport>> create_sim_transport(const TransportParams& params);
