@@ -83,7 +83,7 @@ Result<Samples> run_mode(Communicator& comm, const Options& o, const std::string
     const bool timed = it >= o.warmup;
     const double d = injected_delay_ms(o, P, rank, it, delay);
     const auto t0 = Clock::now();
-    sleep_ms(d);
+    sleep_ms(o.compute_ms + d);
     if (baseline) {
       EC_RETURN_IF_ERROR(
           baseline->allreduce(send.data(), recv.data(), count, o.type, ReduceOp::kSum));
@@ -173,9 +173,13 @@ Result<std::vector<ImbalanceRow>> run_imbalance(Communicator& comm, const Option
         row.mode = mode == "full" || baseline ? mode : mode_named(mode, P).name();
         row.fast_median_ms = percentile(fast, 0.5);
         row.fast_p99_ms = percentile(fast, 0.99);
-        row.fast_mean_ms = fast.empty() ? std::nan("")
-                                        : std::accumulate(fast.begin(), fast.end(), 0.0) /
-                                              static_cast<double>(fast.size());
+        auto mean = [](const std::vector<double>& v) {
+          return v.empty()
+                     ? std::nan("")
+                     : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+        };
+        row.fast_mean_ms = mean(fast);
+        row.slow_mean_ms = mean(slow);
         row.slow_median_ms = percentile(slow, 0.5);
         row.slow_p99_ms = percentile(slow, 0.99);
         row.rounds = s.rounds;
@@ -208,9 +212,10 @@ void print_imbalance(FILE* out, const Options& o, int ranks, const std::string& 
   const std::string vs_name = vs ? baselines.front().name : "";
   std::fprintf(out,
                "# eagercomm-bench --imbalance: %d ranks, transport %s, %s, pattern %s, "
-               "%d delayed, %d iterations (warm-up %d), result depth %u, seed %llu\n",
+               "%d delayed, compute %.3g ms, %d iterations (warm-up %d), result depth %u, seed "
+               "%llu\n",
                ranks, transport.c_str(), std::string(dtype_name(o.type)).c_str(),
-               pattern_name(o.pattern), o.delayed, o.iters, o.warmup, o.result_depth,
+               pattern_name(o.pattern), o.delayed, o.compute_ms, o.iters, o.warmup, o.result_depth,
                static_cast<unsigned long long>(o.seed));
   std::fprintf(out,
                "# time per iteration (injected delay included) on ranks not delayed (fast) "
@@ -251,6 +256,7 @@ std::string imbalance_json(const Options& o, int ranks, const std::string& trans
   s += "  \"type\": \"" + std::string(dtype_name(o.type)) + "\",\n";
   s += "  \"pattern\": \"" + std::string(pattern_name(o.pattern)) + "\",\n";
   s += "  \"delayed\": " + std::to_string(o.delayed) + ",\n";
+  s += "  \"compute_ms\": " + num(o.compute_ms) + ",\n";
   s += "  \"result_depth\": " + std::to_string(o.result_depth) + ",\n";
   s += "  \"iters\": " + std::to_string(o.iters) + ",\n";
   s += "  \"seed\": " + std::to_string(o.seed) + ",\n  \"rows\": [";
@@ -261,7 +267,7 @@ std::string imbalance_json(const Options& o, int ranks, const std::string& trans
          ", \"mode\": \"" + r.mode + "\", \"fast_median_ms\": " + num(r.fast_median_ms) +
          ", \"fast_p99_ms\": " + num(r.fast_p99_ms) + ", \"fast_mean_ms\": " + num(r.fast_mean_ms) +
          ", \"slow_median_ms\": " + num(r.slow_median_ms) +
-         ", \"slow_p99_ms\": " + num(r.slow_p99_ms) +
+         ", \"slow_mean_ms\": " + num(r.slow_mean_ms) + ", \"slow_p99_ms\": " + num(r.slow_p99_ms) +
          ", \"fresh_fraction\": " + num(r.fresh_fraction) +
          ", \"stale_mean\": " + num(r.stale_mean) +
          ", \"stale_max\": " + std::to_string(r.stale_max) +

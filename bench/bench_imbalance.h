@@ -25,6 +25,7 @@ struct ImbalanceRow {
   // so the median mixes iterations that waited with ones that did not).
   double fast_mean_ms = 0;
   double slow_median_ms = 0;  // iterations with one (NaN when none)
+  double slow_mean_ms = 0;
   double slow_p99_ms = 0;
   double fresh_fraction = 1;  // mean over rounds of fresh contributions / P
   double stale_mean = 0;      // mean age in rounds of the data ranks contributed

@@ -69,6 +69,7 @@ void print_usage() {
       "      --imbalance       run it (defaults: -b 1M -e 1M -n 50 -w 5)\n"
       "      --delay-ms D[,D]  injected delay(s) in ms [20]\n"
       "      --delayed K       ranks delayed per iteration [1]\n"
+      "      --compute-ms C    every rank sleeps C ms per iteration before the delay [0]\n"
       "      --pattern P       fixed | random | linear | exp [fixed]\n"
       "      --modes LIST      of full, solo, majority, quorum, quorum:K, sync "
       "[full,solo,majority,quorum]\n"
@@ -239,6 +240,14 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
         }
         o.delays_ms.push_back(ms);
       }
+    } else if (flag == "--compute-ms") {
+      char* end = nullptr;
+      const double ms = std::strtod(v, &end);
+      if (end == v || *end != '\0' || !(ms >= 0) || ms > 600000) {
+        return make_status(StatusCode::kInvalidArgument,
+                           "--compute-ms: '%s' is not a time in ms (0 .. 600000)", v);
+      }
+      o.compute_ms = ms;
     } else if (flag == "--delayed") {
       EC_ASSIGN_OR_RETURN(long n, parse_int(flag, v, 0, 1024));
       o.delayed = static_cast<int>(n);

@@ -60,6 +60,7 @@ struct Options {
   bool imbalance = false;
   std::vector<double> delays_ms = {20};  // --delay-ms D[,D...]
   int delayed = 1;                       // --delayed K
+  double compute_ms = 0;                 // --compute-ms C: every rank's sleep per iteration
   DelayPattern pattern = DelayPattern::kFixed;
   std::vector<std::string> modes = {"full", "solo", "majority", "quorum"};  // --modes
   uint64_t seed = 1;                                                        // --seed

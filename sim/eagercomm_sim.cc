@@ -1,10 +1,11 @@
 // eagercomm-sim: the real collectives of P ranks on a simulated network (issue 21).
 //
 //   eagercomm-sim [--ranks 2,4,...] [--bytes 8,1K,1M] [--coll allreduce|broadcast|barrier]
-//                 [--algo auto|ring|rd] [--link hdr|ndr] [--iters N] [--elide SIZE]
+//                 [--algo auto|ring|rd] [--link hdr|ndr|L=..] [--iters N] [--elide SIZE]
 //                 [--json FILE]
 //   eagercomm-sim --modes solo,majority,quorum:K,sync [--stragglers 1%|N] [--delay-steps D]
 //                 [--compute-us C] [--steps N] [--seed S] [--ranks ...] [--bytes ...]
+//   eagercomm-sim --activation [--ranks ...] [--link ...]
 //   eagercomm-sim --explore SEED[:COUNT]
 //
 // Collectives: for each P and size, the virtual time of the first call (until its last rank
@@ -44,7 +45,7 @@ void usage() {
       "  --bytes LIST     sizes per rank (K, M, G suffixes) [8,1K,64K,1M]\n"
       "  --coll NAME      allreduce | broadcast | barrier [allreduce]\n"
       "  --algo NAME      auto | ring | rd: EAGERCOMM_ALLREDUCE_ALGO [auto]\n"
-      "  --link NAME      hdr | ndr: the LogGP preset [hdr]\n"
+      "  --link SPEC      hdr | ndr (presets), or L=NS,o=NS,g=NS,bw=GBPS[,reduce=GBPS] [hdr]\n"
       "  --iters N        calls per run [3]\n"
       "  --elide SIZE     payloads above SIZE are timed, not copied [64M]\n"
       "  --calls          print when each call ended\n"
@@ -58,6 +59,8 @@ void usage() {
       "  --steps N        steps per run [20]\n"
       "  --result-depth N rounds a rank may hold unreleased (PartialOptions) [4]\n"
       "  --seed S         the draws' seed [1]\n"
+      "  --activation     instead: how long one rank's post takes to activate the round on\n"
+      "                   every rank, per P, against (log2 P + 1) L\n"
       "the schedule explorer instead (partial-allreduce invariants under drawn schedules):\n"
       "  --explore S[:N]  seeds S .. S+N-1 [N = 1]; -v prints every seed's case\n");
 }
@@ -290,6 +293,42 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
   return 0;
 }
 
+// --activation: one row per P: how long after one rank's post every rank has entered the round,
+// against (log2 P + 1) L (issue 21's target).
+int activation_table(const std::vector<int>& ranks, uint64_t bytes, const LogGP& model,
+                     std::string* rows) {
+  std::printf("# eagercomm-sim: activation of a solo round (%s), %llu bytes, from rank 0\n",
+              model.describe().c_str(), static_cast<unsigned long long>(bytes));
+  std::printf("# %6s %6s %11s %11s %11s %7s\n", "ranks", "log2P", "last (us)", "mean (us)",
+              "bound (us)", "ratio");
+  for (int P : ranks) {
+    WorldOptions wo;
+    wo.ranks = P;
+    wo.link = model;
+    Result<std::unique_ptr<SimWorld>> world = SimWorld::create(wo);
+    Result<ActivationResult> a =
+        world.ok() ? run_activation(*world.value(), bytes, 0) : world.status();
+    if (!a.ok()) {
+      std::fprintf(stderr, "eagercomm-sim: P=%d: %s\n", P, a.status().to_string().c_str());
+      return 1;
+    }
+    const double log2p = std::log2(static_cast<double>(P));
+    const double bound_us = (std::ceil(log2p) + 1) * model.L_ns / 1e3;
+    const ActivationResult& r = a.value();
+    std::printf("  %6d %6.1f %11.2f %11.2f %11.2f %7.3f\n", P, log2p, r.last_us, r.mean_us,
+                bound_us, r.last_us / bound_us);
+    std::fflush(stdout);
+    char row[320];
+    std::snprintf(row, sizeof(row),
+                  "%s{\"ranks\": %d, \"bytes\": %llu, \"activation_last_us\": %.4f, "
+                  "\"activation_mean_us\": %.4f, \"bound_us\": %.4f}",
+                  rows->empty() ? "" : ",\n ", P, static_cast<unsigned long long>(bytes), r.last_us,
+                  r.mean_us, bound_us);
+    *rows += row;
+  }
+  return 0;
+}
+
 // --explore: one line per broken invariant, a summary; 1 if any seed broke one.
 int explore_seeds(uint64_t first, uint64_t count, bool verbose) {
   uint64_t failed = 0, died = 0, rounds = 0;
@@ -329,7 +368,7 @@ int main(int argc, char** argv) {
   std::string trace_path;
   PartialTable partial;
   uint64_t explore_first = 0, explore_count = 0;
-  bool verbose = false;
+  bool verbose = false, activation = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -395,6 +434,9 @@ int main(int argc, char** argv) {
       explore_count = 1;
       if (end != v && *end == ':') explore_count = std::strtoull(end + 1, &end, 10);
       if (end == v || *end != 0 || explore_count < 1) return bad("--explore takes SEED[:COUNT]");
+    } else if (a == "--activation") {
+      activation = true;
+      continue;
     } else if (a == "-v") {
       verbose = true;
       continue;
@@ -419,12 +461,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   partial.trace = table.trace = trace;
-  Result<LogGP> model = loggp_preset(table.link);
+  Result<LogGP> model = loggp_parse(table.link);
   if (!model.ok()) {
     std::fprintf(stderr, "eagercomm-sim: %s\n", model.status().message().c_str());
     return 2;
   }
   std::string rows;
+  if (activation) {
+    const int rc =
+        activation_table(ranks, sizes.empty() ? 4096 : sizes.front(), model.value(), &rows);
+    return rc != 0 ? rc : write_json(json, rows);
+  }
   if (!partial.modes.empty()) {
     std::printf(
         "# eagercomm-sim: partial allreduce on %s (%s), %d steps of %.0f us, stragglers "

@@ -14,6 +14,7 @@
 #include "collectives/partial_allreduce.h"
 #include "runtime/hash.h"
 #include "runtime/log.h"
+#include "sim/partial_sim.h"
 #include "sim/sim_world.h"
 
 namespace eagercomm::sim {
@@ -27,14 +28,6 @@ double unit(uint64_t seed, uint64_t a, uint64_t b) {
 }
 
 int64_t ns_of(double us) { return static_cast<int64_t>(std::llround(us * 1e3)); }
-
-template <typename Fn>
-void on_every_rank(int P, Fn fn) {
-  std::vector<std::thread> threads;
-  threads.reserve(P);
-  for (int r = 0; r < P; ++r) threads.emplace_back([&, r] { fn(r); });
-  for (auto& t : threads) t.join();
-}
 
 // What every rank receives, and the first broken invariant each rank saw. Ranks write only their
 // own entries (the flush runs on one thread per rank).
@@ -232,16 +225,6 @@ class ExploreDriver final : public RankDriver {
   bool killed_ = false;
 };
 
-// Lets what is in flight arrive (no new posts): before the flush, which runs outside the loop.
-class QuietDriver final : public RankDriver {
- public:
-  explicit QuietDriver(SimWorld& world) : world_(world) {}
-  void run(int rank) override { world_.progress(rank); }
-
- private:
-  SimWorld& world_;
-};
-
 Status violation(const ExploreCase& c, const std::string& what) {
   return make_status(StatusCode::kInternal, "seed %llu: %s; case: %s",
                      static_cast<unsigned long long>(c.seed), what.c_str(), c.describe().c_str());
@@ -351,23 +334,13 @@ Result<ExploreOutcome> explore(const ExploreCase& c) {
   EC_ASSIGN_OR_RETURN(std::unique_ptr<SimWorld> world, SimWorld::create(wo));
   SimNetwork& net = world->network();
 
-  std::vector<std::unique_ptr<PartialAllreduce>> objects(P);
-  std::vector<Status> made(P);
   PartialOptions po;
   po.late = c.drop_late ? LatePolicy::kDrop : LatePolicy::kCarry;
   po.sync_every = c.sync_every;
   po.seed = c.seed;
   po.result_depth = c.result_depth;
-  on_every_rank(P, [&](int r) {
-    auto pa = PartialAllreduce::create(world->comm(r), c.count, DataType::kFloat32, mode, po);
-    if (pa.ok()) {
-      objects[r] = std::move(pa).value();
-    } else {
-      made[r] = pa.status();
-    }
-  });
-  for (const Status& s : made) EC_RETURN_IF_ERROR(s);
-  world->settle();
+  EC_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<PartialAllreduce>> objects,
+                      make_partial_objects(*world, c.count, mode, po));
 
   net.perturb({c.seed, c.jitter_ns, c.shuffle, c.corrupt_from});
   Ledger ledger(c, mode);
@@ -418,7 +391,7 @@ Result<ExploreOutcome> explore(const ExploreCase& c) {
     net.run(
         quiet, [&] { return net.in_flight() == 0; }, net.now_ns() + 1'000'000'000);
     std::vector<Result<uint64_t>> flushed(P, Status(StatusCode::kInternal, "not flushed"));
-    on_every_rank(P, [&](int r) {
+    world->on_every_rank([&](int r) {
       flushed[r] = objects[r]->flush([&, r](RoundResult&& res) { ledger.record(r, res, true); });
     });
     broken = ledger.first_failure();
@@ -482,7 +455,7 @@ Result<ExploreOutcome> explore(const ExploreCase& c) {
   }
   out.rounds = ledger.hashes(reference).size();
   // Teardown on the real clock (collective).
-  on_every_rank(P, [&](int r) { objects[r].reset(); });
+  world->on_every_rank([&](int r) { objects[r].reset(); });
   if (!broken.empty()) return violation(c, broken);
   return out;
 }

@@ -11,15 +11,6 @@
 namespace eagercomm::sim {
 namespace {
 
-// Runs fn(rank) on one thread per rank (setup: creation and destruction are collective).
-template <typename Fn>
-void on_every_rank(int P, Fn fn) {
-  std::vector<std::thread> threads;
-  threads.reserve(P);
-  for (int r = 0; r < P; ++r) threads.emplace_back([&, r] { fn(r); });
-  for (auto& t : threads) t.join();
-}
-
 // The ranks drawn in step `step`: the same for every rank (a shared PRNG, as the paper's).
 std::vector<uint8_t> draw_stragglers(const PartialRun& run, int P, int step) {
   std::mt19937_64 rng(run.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(step));
@@ -172,17 +163,97 @@ class PartialDriver final : public RankDriver {
   Status error_;
 };
 
-// Lets the rounds in flight finish (no new posts), so that the objects can be destroyed.
-class QuietDriver final : public RankDriver {
+// Drives the activation measurement: the initiator posts at the start; every rank notes when it
+// entered round 0.
+class ActivationDriver final : public RankDriver {
  public:
-  explicit QuietDriver(SimWorld& world) : world_(world) {}
-  void run(int rank) override { world_.progress(rank); }
+  ActivationDriver(SimWorld& world, std::vector<std::unique_ptr<PartialAllreduce>>& objects,
+                   size_t count, int initiator)
+      : world_(world),
+        objects_(objects),
+        grad_(count, 1.0f),
+        initiator_(initiator),
+        entered_(world.size(), -1) {}
+
+  void run(int rank) override {
+    if (rank == initiator_ && posted_at_ < 0) {
+      error_ = objects_[rank]->post(grad_.data(), grad_.size(), DataType::kFloat32);
+      posted_at_ = world_.network().now_ns();
+    }
+    world_.progress(rank);
+    if (entered_[rank] < 0 && objects_[rank]->stats().rounds_activated > 0) {
+      entered_[rank] = world_.network().now_ns();
+      ++entered_count_;
+    }
+  }
+  bool over() const { return !error_.ok() || entered_count_ == world_.size(); }
+  const Status& error() const { return error_; }
+  ActivationResult result() const {
+    ActivationResult out;
+    double sum = 0;
+    for (int r = 0; r < world_.size(); ++r) {
+      const double us = static_cast<double>(entered_[r] - posted_at_) / 1e3;
+      out.last_us = std::max(out.last_us, us);
+      if (r != initiator_) sum += us;
+    }
+    out.mean_us = world_.size() > 1 ? sum / (world_.size() - 1) : 0;
+    return out;
+  }
 
  private:
   SimWorld& world_;
+  std::vector<std::unique_ptr<PartialAllreduce>>& objects_;
+  std::vector<float> grad_;
+  const int initiator_;
+  std::vector<int64_t> entered_;
+  int entered_count_ = 0;
+  int64_t posted_at_ = -1;
+  Status error_;
 };
 
 }  // namespace
+
+Result<std::vector<std::unique_ptr<PartialAllreduce>>> make_partial_objects(
+    SimWorld& world, size_t count, PartialMode mode, const PartialOptions& options) {
+  const int P = world.size();
+  std::vector<std::unique_ptr<PartialAllreduce>> objects(P);
+  std::vector<Status> made(P);
+  world.on_every_rank([&](int r) {
+    auto pa = PartialAllreduce::create(world.comm(r), count, DataType::kFloat32, mode, options);
+    if (pa.ok()) {
+      objects[r] = std::move(pa).value();
+    } else {
+      made[r] = pa.status();
+    }
+  });
+  for (const Status& s : made) EC_RETURN_IF_ERROR(s);
+  world.settle();
+  return objects;
+}
+
+Result<ActivationResult> run_activation(SimWorld& world, size_t bytes, int initiator) {
+  if (bytes % sizeof(float) != 0 || bytes == 0 || initiator < 0 || initiator >= world.size()) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "sim: activation of %zu bytes (whole f32 elements, at least one) from rank "
+                       "%d (0 .. %d)",
+                       bytes, initiator, world.size() - 1);
+  }
+  EC_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<PartialAllreduce>> objects,
+                      make_partial_objects(world, bytes / sizeof(float), PartialMode::solo(), {}));
+  SimNetwork& net = world.network();
+  ActivationDriver driver(world, objects, bytes / sizeof(float), initiator);
+  net.schedule_run(initiator, net.now_ns());
+  const bool over = net.run(driver, [&] { return driver.over(); });
+  QuietDriver quiet(world);
+  net.run(
+      quiet, [&] { return net.in_flight() == 0; }, net.now_ns() + 10'000'000'000);
+  world.on_every_rank([&](int r) { objects[r].reset(); });
+  EC_RETURN_IF_ERROR(driver.error());
+  if (!over) {
+    return Status(StatusCode::kInternal, "sim: a rank never entered the activated round");
+  }
+  return driver.result();
+}
 
 Result<PartialResult> run_partial(SimWorld& world, const PartialRun& run) {
   EC_ASSIGN_OR_RETURN(PartialMode mode, parse_partial_mode(run.mode));
@@ -195,23 +266,11 @@ Result<PartialResult> run_partial(SimWorld& world, const PartialRun& run) {
                        run.bytes, run.steps, run.stragglers, world.size(), run.compute_us,
                        run.delay_us);
   }
-  const int P = world.size();
-  std::vector<std::unique_ptr<PartialAllreduce>> objects(P);
-  std::vector<Status> made(P);
   PartialOptions po;
   po.seed = run.seed;
   po.result_depth = run.result_depth;
-  on_every_rank(P, [&](int r) {
-    auto pa = PartialAllreduce::create(world.comm(r), run.bytes / sizeof(float), DataType::kFloat32,
-                                       mode, po);
-    if (pa.ok()) {
-      objects[r] = std::move(pa).value();
-    } else {
-      made[r] = pa.status();
-    }
-  });
-  for (const Status& s : made) EC_RETURN_IF_ERROR(s);
-  world.settle();
+  EC_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<PartialAllreduce>> objects,
+                      make_partial_objects(world, run.bytes / sizeof(float), mode, po));
 
   SimNetwork& net = world.network();
   const NetworkStats before = net.stats();
@@ -225,7 +284,7 @@ Result<PartialResult> run_partial(SimWorld& world, const PartialRun& run) {
   QuietDriver quiet(world);
   net.run(
       quiet, [] { return false; }, net.now_ns() + 10'000'000'000);  // 10 s of virtual time
-  on_every_rank(P, [&](int r) { objects[r].reset(); });
+  world.on_every_rank([&](int r) { objects[r].reset(); });
   if (!driver.error().ok()) return driver.error();
   if (!over) {
     return make_status(StatusCode::kInternal,

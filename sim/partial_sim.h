@@ -6,8 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "collectives/partial_allreduce.h"
 #include "sim/sim_world.h"
 
 namespace eagercomm::sim {
@@ -35,5 +38,18 @@ struct PartialResult {
 };
 
 Result<PartialResult> run_partial(SimWorld& world, const PartialRun& run);
+
+// Creates a PartialAllreduce of `count` f32 on every rank of `world` (collective: one thread per
+// rank), then settles the world.
+Result<std::vector<std::unique_ptr<PartialAllreduce>>> make_partial_objects(
+    SimWorld& world, size_t count, PartialMode mode, const PartialOptions& options);
+
+// Activation latency (issue 21, item 3): one rank posts into a solo object while every other
+// rank computes; how long after the post each rank enters the round (the activation flood).
+struct ActivationResult {
+  double last_us = 0;  // the last rank to enter, after the post
+  double mean_us = 0;  // over the other ranks
+};
+Result<ActivationResult> run_activation(SimWorld& world, size_t bytes, int initiator);
 
 }  // namespace eagercomm::sim

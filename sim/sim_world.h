@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -29,6 +30,16 @@ struct WorldOptions {
 
 class SimWorld {
  public:
+  // Runs fn(rank) on one thread per rank and joins them: for what is collective outside the loop
+  // (creating and destroying partial objects, flushes), on the real clock.
+  template <typename Fn>
+  void on_every_rank(Fn fn) {
+    std::vector<std::thread> threads;
+    threads.reserve(comms_.size());
+    for (int r = 0; r < size(); ++r) threads.emplace_back([&fn, r] { fn(r); });
+    for (auto& t : threads) t.join();
+  }
+
   static Result<std::unique_ptr<SimWorld>> create(const WorldOptions& options);
   ~SimWorld();
   SimWorld(const SimWorld&) = delete;
@@ -51,6 +62,17 @@ class SimWorld {
   std::unique_ptr<SimNetwork> network_;
   Config config_;
   std::vector<std::unique_ptr<Communicator>> comms_;
+};
+
+// Runs every rank's engine whenever the loop hands it a turn, and nothing else: lets what is in
+// flight arrive (no new operations) before the objects are flushed or destroyed outside the loop.
+class QuietDriver final : public RankDriver {
+ public:
+  explicit QuietDriver(SimWorld& world) : world_(world) {}
+  void run(int rank) override { world_.progress(rank); }
+
+ private:
+  SimWorld& world_;
 };
 
 }  // namespace eagercomm::sim

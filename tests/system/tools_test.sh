@@ -117,6 +117,21 @@ set +e
 "$bench" --imbalance --pattern zigzag 2>"$tmp/err"; rc=$?
 set -e
 [ $rc -eq 2 ] && grep -q "fixed|random|linear|exp" "$tmp/err" || fail "bad --pattern not rejected"
+# --compute-ms: every rank's step includes it; the slow ranks' mean is in the JSON.
+"$bench" --imbalance --ranks 2 -b 8K -e 8K --delay-ms 2 --compute-ms 3 --modes full -n 4 -w 1 \
+  --json "$tmp/imbc.json" >"$tmp/imbc.txt" || fail "eagercomm-bench --compute-ms exited $?"
+grep -q "compute 3 ms" "$tmp/imbc.txt" || fail "no compute in the header: $(cat "$tmp/imbc.txt")"
+python3 - "$tmp/imbc.json" <<'PY' || fail "--compute-ms JSON: $(cat "$tmp/imbc.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["compute_ms"] == 3, d
+full = d["rows"][0]
+assert full["fast_mean_ms"] >= 5.0 and full["slow_mean_ms"] >= 5.0, full
+PY
+set +e
+"$bench" --imbalance --compute-ms -1 2>"$tmp/err"; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -q -- "--compute-ms: '-1'" "$tmp/err" || fail "bad --compute-ms: $(cat "$tmp/err")"
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 "$(dirname "$0")/../../bench/plot_imbalance.py" "$tmp/imb.png" "$tmp/imb.json" \
     >/dev/null || fail "plot_imbalance.py failed"

@@ -40,5 +40,9 @@ struct LogGP {
 
 // "hdr" or "ndr"; kInvalidArgument naming the presets otherwise.
 Result<LogGP> loggp_preset(std::string_view name);
+// A preset's name, or the parameters of a measured link: "L=NS,o=NS,g=NS,bw=GBPS[,reduce=GBPS]"
+// (times in ns, bandwidths in GB/s; keys in any order, L, o, g and bw required), e.g. what
+// sim/cross_validate.sh measures on shm. kInvalidArgument naming the accepted forms otherwise.
+Result<LogGP> loggp_parse(std::string_view spec);
 
 }  // namespace eagercomm::sim
