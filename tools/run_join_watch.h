@@ -2,11 +2,11 @@
 // store itself, so it can ask it).
 //
 // Communicator::from_env() publishes `eagercomm/<job>/size/<rank>` when a rank begins to join
-// and `eagercomm/<job>/inbox/<rank>` once it has published everything its peers need
-// (collectives/engine/bootstrap.cc): a rank without its inbox key has not joined, and its peers
-// wait for it. A rank that fails to join writes `.../failed/<rank>` and bumps the `.../failed`
-// counter, which waiting peers look at every 50 ms; report_gone() writes the same for a rank
-// that left without joining, so they stop waiting at once and name it.
+// and `eagercomm/<job>/peer/<rank>` (its endpoints, one value) once it has published everything
+// its peers need (collectives/engine/bootstrap.cc): a rank without that key has not joined, and its
+// peers wait for it. A rank that fails to join writes `.../failed/<rank>` and bumps the
+// `.../failed` counter, which waiting peers look at every 50 ms; report_gone() writes the same for
+// a rank that left without joining, so they stop waiting at once and name it.
 //
 // Only from_env()'s default scope is watched: a program that passes its own
 // CommunicatorOptions::scope is never seen joining. Each question is one request to the store;
@@ -28,8 +28,8 @@ class JoinWatch {
                                                     const std::string& job_id);
   // The rank began to join (its size key is there).
   bool began(int rank) { return has("size/" + std::to_string(rank)); }
-  // The rank has joined (its inbox key is there).
-  bool joined(int rank) { return has("inbox/" + std::to_string(rank)); }
+  // The rank has joined (its endpoints key is there).
+  bool joined(int rank) { return has("peer/" + std::to_string(rank)); }
   // Tells the ranks waiting for `rank` that it is gone, `why`.
   void report_gone(int rank, const std::string& why);
   // "eagercomm/<job>" (for messages).

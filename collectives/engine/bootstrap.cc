@@ -1,6 +1,7 @@
 #include "collectives/engine/bootstrap.h"
 
 #include <chrono>
+#include <cstring>
 #include <vector>
 
 #include "collectives/engine/small_boxes.h"
@@ -70,7 +71,21 @@ Status Bootstrap::arrive(const std::string& prefix) {
 }
 
 Status Bootstrap::wait_for_all(const std::string& prefix) {
-  const std::vector<std::string> flag{prefix_ + prefix + "all"};
+  const Status waited = wait_for_key(prefix_ + prefix + "all", "");
+  if (waited.code() != StatusCode::kTimeout) return waited;
+  // Only now, at the timeout, one look per rank: who never came.
+  std::string missing;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (store_.get(key(prefix + "in/", peer), std::chrono::milliseconds(1)).ok()) continue;
+    missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+  }
+  return make_status(StatusCode::kTimeout,
+                     "bootstrap: rank %d waited %s for ranks that never joined: %s", rank_,
+                     format_duration(config_.timeout).c_str(), missing.c_str());
+}
+
+Status Bootstrap::wait_for_key(const std::string& flag_key, const std::string& what) {
+  const std::vector<std::string> flag{flag_key};
   // Wait in slices, looking between them for ranks that reported a failure to join.
   const auto deadline = deadline_after(config_.timeout);
   Status waited;
@@ -93,45 +108,105 @@ Status Bootstrap::wait_for_all(const std::string& prefix) {
     }
     if (RuntimeClock::now() >= deadline) break;
   }
-  if (waited.ok() || waited.code() != StatusCode::kTimeout) return waited;
-  // Only now, at the timeout, one look per rank: who never came.
-  std::string missing;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (store_.get(key(prefix + "in/", peer), std::chrono::milliseconds(1)).ok()) continue;
-    missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+  if (waited.ok() || waited.code() != StatusCode::kTimeout || what.empty()) return waited;
+  return make_status(StatusCode::kTimeout, "bootstrap: rank %d waited %s for %s", rank_,
+                     format_duration(config_.timeout).c_str(), what.c_str());
+}
+
+namespace {
+
+// A rank's endpoints as one store value, and every rank's as one table: fields and records are
+// length-prefixed (u32, host order: one job, one architecture).
+void append_field(Bytes* out, const Bytes& field) {
+  const uint32_t n = static_cast<uint32_t>(field.size());
+  const auto* p = reinterpret_cast<const uint8_t*>(&n);
+  out->insert(out->end(), p, p + sizeof(n));
+  out->insert(out->end(), field.begin(), field.end());
+}
+
+// Reads the field at *at; false when the bytes end first.
+bool read_field(const Bytes& in, size_t* at, Bytes* field) {
+  uint32_t n = 0;
+  if (in.size() - *at < sizeof(n)) return false;
+  std::memcpy(&n, in.data() + *at, sizeof(n));
+  *at += sizeof(n);
+  if (in.size() - *at < n) return false;
+  field->assign(in.begin() + static_cast<std::ptrdiff_t>(*at),
+                in.begin() + static_cast<std::ptrdiff_t>(*at + n));
+  *at += n;
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<Bootstrap::Endpoints>> Bootstrap::exchange(const Endpoints& mine) {
+  // One value per rank, one count and flag to know they are all there, then rank 0 gathers them
+  // into one table that everybody reads: O(P) store requests in all, where reading every peer's
+  // keys was 2 P (P - 1).
+  Bytes record;
+  append_field(&record, mine.address);
+  append_field(&record, mine.small);
+  append_field(&record, mine.inbox);
+  EC_RETURN_IF_ERROR(store_.set(key("peer/", rank_), record));
+  EC_RETURN_IF_ERROR(arrive("peer/"));
+  const std::string table_key = prefix_ + "peers";
+  Bytes table;
+  if (rank_ == 0) {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == 0) {
+        append_field(&table, record);
+        continue;
+      }
+      EC_ASSIGN_OR_RETURN(Bytes one, store_.get(key("peer/", peer), config_.timeout));
+      append_field(&table, one);
+    }
+    EC_RETURN_IF_ERROR(store_.set(table_key, table));
+  } else {
+    EC_RETURN_IF_ERROR(wait_for_key(table_key, "rank 0's table of every rank's endpoints"));
+    EC_ASSIGN_OR_RETURN(table, store_.get(table_key, config_.timeout));
   }
-  return make_status(StatusCode::kTimeout,
-                     "bootstrap: rank %d waited %s for ranks that never joined: %s", rank_,
-                     format_duration(config_.timeout).c_str(), missing.c_str());
+  std::vector<Endpoints> all(size_);
+  size_t at = 0;
+  for (int peer = 0; peer < size_; ++peer) {
+    Bytes one;
+    size_t in = 0;
+    if (!read_field(table, &at, &one) || !read_field(one, &in, &all[peer].address) ||
+        !read_field(one, &in, &all[peer].small) || !read_field(one, &in, &all[peer].inbox) ||
+        in != one.size()) {
+      return make_status(StatusCode::kProtocolError,
+                         "bootstrap: the table of endpoints (%zu bytes) is malformed at rank %d's "
+                         "record (scope '%s')",
+                         table.size(), peer, scope_.c_str());
+    }
+  }
+  if (at != table.size()) {
+    return make_status(StatusCode::kProtocolError,
+                       "bootstrap: the table of endpoints holds more than %d ranks (scope '%s')",
+                       size_, scope_.c_str());
+  }
+  return all;
 }
 
 Status Bootstrap::connect(Transport& transport, Mailbox& mailbox, SmallBoxes* small) {
-  EC_RETURN_IF_ERROR(store_.set(key("addr/", rank_), transport.local_address()));
-  if (small) EC_RETURN_IF_ERROR(store_.set(key("small/", rank_), small->key()));
-  // The inbox key goes last: its presence means the rank has published everything.
-  EC_RETURN_IF_ERROR(store_.set(key("inbox/", rank_), mailbox.inbox_key()));
-  EC_RETURN_IF_ERROR(arrive("inbox/"));
+  Endpoints mine;
+  mine.address = transport.local_address();
+  if (small) mine.small = small->key();
+  mine.inbox = mailbox.inbox_key();
+  EC_ASSIGN_OR_RETURN(std::vector<Endpoints> all, exchange(mine));
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    EC_ASSIGN_OR_RETURN(Bytes addr, store_.get(key("addr/", peer), config_.timeout));
-    EC_RETURN_IF_ERROR(transport.connect(peer, addr));
-    EC_ASSIGN_OR_RETURN(Bytes inbox, store_.get(key("inbox/", peer), config_.timeout));
-    EC_RETURN_IF_ERROR(mailbox.connect_peer(peer, inbox));
+    EC_RETURN_IF_ERROR(transport.connect(peer, all[peer].address));
+    EC_RETURN_IF_ERROR(mailbox.connect_peer(peer, all[peer].inbox));
   }
   // Nobody sends before every rank has connected to every peer: a verbs queue pair drops what
   // arrives before it is ready to receive (RTR), and the sender's retries run out in about half
   // a second, so a healthy but slower rank would be reported lost (issue 18, defect 2; perftest
   // and NCCL handshake once more after RTR for the same reason).
-  EC_RETURN_IF_ERROR(store_.set(key("connected/", rank_), to_bytes("1")));
   EC_RETURN_IF_ERROR(arrive("connected/"));
-  return small ? connect_small_boxes(*small) : Status::Ok();
-}
-
-Status Bootstrap::connect_small_boxes(SmallBoxes& small) {
+  if (!small) return Status::Ok();
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    EC_ASSIGN_OR_RETURN(Bytes box_key, store_.get(key("small/", peer), config_.timeout));
-    EC_RETURN_IF_ERROR(small.connect_peer(peer, box_key));
+    EC_RETURN_IF_ERROR(small->connect_peer(peer, all[peer].small));
   }
   return Status::Ok();
 }

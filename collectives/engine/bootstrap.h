@@ -3,12 +3,14 @@
 // Every rank first announces its world size and the settings all ranks must share, compares
 // them with rank 0's and waits for every other rank (join), before anything else (transport
 // selection included) depends on them: a rank that never comes or was started with another world
-// size is reported by name. Then each publishes its transport address, its small boxes and its
-// inbox, connects to every peer, and waits until every peer has connected (connect). Keys live
-// under `scope`.
+// size is reported by name. Then each publishes its endpoints (transport address, small boxes,
+// inbox) as one value, rank 0 gathers every rank's into one table that all read (O(P) store
+// requests in all), each connects to every peer and waits until every peer has connected
+// (connect). Keys live under `scope`.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "collectives/config.h"
 #include "runtime/status.h"
@@ -43,8 +45,17 @@ class Bootstrap {
   // timeout (wait_for_all()).
   Status arrive(const std::string& prefix);
   Status wait_for_all(const std::string& prefix);
-  // After every rank published: maps the peers' small boxes.
-  Status connect_small_boxes(SmallBoxes& small);
+  // Waits for `flag_key` as wait_for_all() does (failing early on a rank's reported failure); at
+  // the timeout, kTimeout naming `what` (empty: the plain timeout, for the caller to explain).
+  Status wait_for_key(const std::string& flag_key, const std::string& what);
+  // What a rank publishes for its peers to connect to it.
+  struct Endpoints {
+    Bytes address;  // Transport::local_address()
+    Bytes small;    // SmallBoxes::key(), or empty
+    Bytes inbox;    // Mailbox::inbox_key()
+  };
+  // Publishes `mine` and returns every rank's, by rank.
+  Result<std::vector<Endpoints>> exchange(const Endpoints& mine);
   std::string key(const std::string& prefix, int rank) const {
     return prefix_ + prefix + std::to_string(rank);
   }

@@ -207,11 +207,13 @@ Result<std::unique_ptr<MemoryRegion>> CommCore::allocate(size_t bytes) {
   return out;
 }
 
+bool CommCore::round_boxes_possible(size_t data_bytes) const {
+  return config_.small_max_bytes != 0 && data_bytes <= config_.small_max_bytes && size_ >= 2 &&
+         size_ <= SmallBoxes::kMaxRanks && transport_->maps_allocations();
+}
+
 Result<std::unique_ptr<SmallBoxes>> CommCore::make_round_boxes(size_t data_bytes, size_t bytes) {
-  if (config_.small_max_bytes == 0 || data_bytes > config_.small_max_bytes || size_ < 2 ||
-      size_ > SmallBoxes::kMaxRanks || !transport_->maps_allocations()) {
-    return std::unique_ptr<SmallBoxes>();
-  }
+  if (!round_boxes_possible(data_bytes)) return std::unique_ptr<SmallBoxes>();
   Result<std::unique_ptr<SmallBoxes>> out = Status(StatusCode::kInternal, "not run");
   engine_->run_exclusive([&] { out = SmallBoxes::create(*transport_, bytes); });
   return out;

@@ -105,6 +105,8 @@ class CommCore final : public ProgressSource {
   // ranks and the data fits EAGERCOMM_SMALL_MAX_BYTES (null otherwise: the rounds then run as
   // messages); the same settings give every rank the same answer. Any thread.
   Result<std::unique_ptr<SmallBoxes>> make_round_boxes(size_t data_bytes, size_t bytes);
+  // Whether make_round_boxes() would try at all (the conditions above; the same on every rank).
+  bool round_boxes_possible(size_t data_bytes) const;
   // Maps `peer`'s boxes of the same object into `boxes`. Any thread.
   Status connect_round_boxes(SmallBoxes& boxes, int peer, std::span<const uint8_t> key);
 

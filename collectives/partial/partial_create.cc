@@ -150,6 +150,29 @@ Status allgather_words(CommCore& core, const void* mine, size_t words, void* all
   return core.run(make_ring_allgather(sig, mine, all));
 }
 
+// An allreduce of `words` int64 on the collective stream by recursive doubling (a few words: one
+// slot per step), named as the creation in errors like allgather_words().
+Status allreduce_words(CommCore& core, const void* in, void* out, size_t words, ReduceOp op) {
+  OpSignature sig;
+  sig.coll = static_cast<uint8_t>(CollKind::kAllreduce);
+  sig.dtype = static_cast<uint8_t>(DataType::kInt64);
+  sig.redop = static_cast<uint8_t>(op);
+  sig.count = words;
+  sig.reserved = static_cast<uint8_t>(core.size() == 1 ? Algo::kLocal : Algo::kRecursiveDoubling);
+  sig.root = kPartialCreateTag;
+  return core.run(make_allreduce(sig, in, out));
+}
+
+// `root`'s descriptor on every rank: a sum to which only `root` contributes (exact, whatever
+// the bits).
+Result<Descriptor> from_rank(CommCore& core, const Descriptor& mine, int root) {
+  Descriptor in{};
+  if (core.rank() == root) in = mine;
+  Descriptor out{};
+  EC_RETURN_IF_ERROR(allreduce_words(core, &in, &out, sizeof(Descriptor) / 8, ReduceOp::kSum));
+  return out;
+}
+
 // Box keys travel in fixed records: a length word, then the key.
 constexpr size_t kBoxRecordWords = 32;
 constexpr size_t kMaxBoxKey = (kBoxRecordWords - 1) * 8;
@@ -158,15 +181,24 @@ constexpr size_t kMaxBoxKey = (kBoxRecordWords - 1) * 8;
 
 Status agree_on_partial_arguments(CommCore& core, size_t count, DataType type, PartialMode mode,
                                   const PartialOptions& options, uint32_t stream) {
+  // Everybody compares with rank 0 and agrees on the lowest rank that differs: two allreduces of
+  // a few words (O(log P) messages per rank, nothing of size P), where an allgather of every
+  // rank's arguments cost P - 1 steps and P records per rank (gigabytes at P = 4096 in the
+  // simulation). Only when a rank differs, a third sends its arguments to everybody, so that
+  // every rank names the same two ranks and the same argument.
   const int P = core.size();
-  Descriptor mine = describe_args(count, type, mode, options, stream);
-  std::vector<Descriptor> all(P);
-  EC_RETURN_IF_ERROR(allgather_words(core, &mine, sizeof(Descriptor) / 8, all.data()));
-  for (int r = 1; r < P; ++r) {
-    std::string diff = first_difference(all[0], all[r], 0, r);
-    if (!diff.empty()) return Status(StatusCode::kMismatch, diff);
+  const int rank = core.rank();
+  const Descriptor mine = describe_args(count, type, mode, options, stream);
+  EC_ASSIGN_OR_RETURN(const Descriptor rank0, from_rank(core, mine, 0));
+  const int64_t differs = first_difference(rank0, mine, 0, rank).empty() ? P : rank;
+  int64_t first = P;
+  EC_RETURN_IF_ERROR(allreduce_words(core, &differs, &first, 1, ReduceOp::kMin));
+  if (first < P) {
+    EC_ASSIGN_OR_RETURN(const Descriptor theirs, from_rank(core, mine, static_cast<int>(first)));
+    return Status(StatusCode::kMismatch,
+                  first_difference(rank0, theirs, 0, static_cast<int>(first)));
   }
-  return validate(all[0], P);
+  return validate(rank0, P);
 }
 
 Result<std::unique_ptr<SmallBoxes>> make_partial_round_boxes(CommCore& core, size_t data_bytes,
@@ -174,7 +206,9 @@ Result<std::unique_ptr<SmallBoxes>> make_partial_round_boxes(CommCore& core, siz
   const int P = core.size();
   const int rank = core.rank();
   std::unique_ptr<SmallBoxes> boxes;
-  if (P < 2) return boxes;
+  // Whether boxes can exist at all is the same on every rank (world size, transport, agreed
+  // size and settings): no need to agree on it, and no allgather of P records where they cannot.
+  if (P < 2 || !core.round_boxes_possible(data_bytes)) return boxes;
   Result<std::unique_ptr<SmallBoxes>> made = core.make_round_boxes(data_bytes, bytes);
   if (made.ok()) {
     boxes = std::move(made).value();

@@ -39,6 +39,17 @@ TEST(PartialBadInput, RanksThatCreateWithDifferentArgumentsAllFail) {
     EXPECT_NE(counts[r].status().message().find("count=10"), std::string::npos)
         << counts[r].status().message();
     EXPECT_NE(counts[r].status().message().find("rank 2"), std::string::npos);
+    // Every rank names the same ranks and argument (they agree on the lowest rank that differs).
+    EXPECT_EQ(counts[r].status().message(), counts[0].status().message());
+  }
+  // Two ranks differ: the lowest is named, everywhere.
+  auto two = create_all(
+      *w, [](int r) { return r == 0 ? 10 : 12 + r; }, [](int) { return PartialMode::solo(); },
+      [](int) { return PartialOptions{}; });
+  for (int r = 0; r < P; ++r) {
+    ASSERT_FALSE(two[r].ok());
+    EXPECT_NE(two[r].status().message().find("rank 1 with count=13"), std::string::npos)
+        << two[r].status().message();
   }
   auto modes = create_all(
       *w, [](int) { return 10; },
