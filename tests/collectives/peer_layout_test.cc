@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -12,6 +13,7 @@
 
 #include "collectives/algorithms/algorithms.h"
 #include "collectives/communicator.h"
+#include "collectives/config.h"
 #include "collectives/engine/partner_layout.h"
 #include "runtime/store.h"
 #include "tests/harness/thread_world.h"
@@ -300,6 +302,49 @@ TEST(PeerLayout, BootstrapStoreTrafficIsLinearInP) {
   EXPECT_EQ(store.others("set", "peer/"), P - 1);
   EXPECT_EQ(store.others("wait", "peer/"), 0);
   EXPECT_LE(store.total("get", "peers"), 2 * P);  // each rank's read (a wait may retry it)
+}
+
+// A table of endpoints that does not parse (a store that cut it short) fails the ranks that read
+// it with kProtocolError naming the table; rank 0, which built it, hears of their failure instead
+// of waiting for them until its timeout.
+class CuttingStore final : public Store {
+ public:
+  Status set(const std::string& key, const Bytes& value) override {
+    if (!key.ends_with("/peers")) return inner_.set(key, value);
+    return inner_.set(key, Bytes(value.begin(), value.end() - 3));
+  }
+  Result<Bytes> get(const std::string& key, std::chrono::nanoseconds timeout) override {
+    return inner_.get(key, timeout);
+  }
+  Result<int64_t> add(const std::string& key, int64_t delta) override {
+    return inner_.add(key, delta);
+  }
+  Status wait(const std::vector<std::string>& keys, std::chrono::nanoseconds timeout) override {
+    return inner_.wait(keys, timeout);
+  }
+
+ private:
+  HashStore inner_;
+};
+
+TEST(PeerLayout, AMalformedTableOfEndpointsIsNamed) {
+  constexpr int P = 3;
+  CuttingStore store;
+  Config config = Config::load({{"EAGERCOMM_TIMEOUT", "60s"}}).value();
+  std::vector<Status> made(P);
+  const auto start = std::chrono::steady_clock::now();
+  run_threads(P, [&](int r) {
+    CommunicatorOptions opts;
+    opts.scope = "cut";
+    opts.config = &config;
+    made[r] = Communicator::create(store, r, P, opts).status();
+  });
+  for (int r = 1; r < P; ++r) {
+    EXPECT_EQ(made[r].code(), StatusCode::kProtocolError) << made[r].to_string();
+    EXPECT_NE(made[r].message().find("table of endpoints"), std::string::npos) << made[r].message();
+  }
+  EXPECT_FALSE(made[0].ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
 }  // namespace
