@@ -132,8 +132,20 @@ class ExploreDriver final : public RankDriver {
 
   void run(int rank) override {
     SimNetwork& net = world_.network();
+    if (net.dead(rank)) return;
+    if (rank == destroyed_) {  // its communicator lives on (its notices go out)
+      world_.progress(rank);
+      return;
+    }
     if (rank == c_.death_rank && !killed_ && net.now_ns() >= ns_of(c_.death_us) && !finished()) {
-      net.kill(rank, ns_of(c_.detect_us));
+      // The rank leaves: its process dies, or it destroys its object (a normal leave that the
+      // others must hear of through the object's closed notices).
+      if (c_.destroy_instead) {
+        objects_[rank]->destroy();
+        destroyed_ = rank;
+      } else {
+        net.kill(rank, ns_of(c_.detect_us));
+      }
       killed_ = true;
       return;
     }
@@ -179,10 +191,12 @@ class ExploreDriver final : public RankDriver {
   // Every live rank is done.
   bool finished() const {
     for (int r = 0; r < c_.ranks; ++r) {
-      if (!world_.network().dead(r) && !done(r)) return false;
+      if (!gone(r) && !done(r)) return false;
     }
     return true;
   }
+  // Died, or destroyed its object.
+  bool gone(int rank) const { return world_.network().dead(rank) || rank == destroyed_; }
   bool killed() const { return killed_; }
   const Status& error(int rank) const { return ranks_[rank].error; }
   int posts(int rank) const { return ranks_[rank].posts; }
@@ -223,6 +237,7 @@ class ExploreDriver final : public RankDriver {
   std::vector<Rank> ranks_;
   std::vector<float> grad_;
   bool killed_ = false;
+  int destroyed_ = -1;
 };
 
 Status violation(const ExploreCase& c, const std::string& what) {
@@ -247,7 +262,11 @@ std::string ExploreCase::describe() const {
                   stall_step);
     out += buf;
   }
-  if (death_rank >= 0) {
+  if (death_rank >= 0 && destroy_instead) {
+    std::snprintf(buf, sizeof(buf), ", rank %d destroys its object at %.0f us", death_rank,
+                  death_us);
+    out += buf;
+  } else if (death_rank >= 0) {
     std::snprintf(buf, sizeof(buf), ", rank %d dies at %.0f us (detected %.0f us later)",
                   death_rank, death_us, detect_us);
     out += buf;
@@ -311,6 +330,14 @@ ExploreCase draw_case(uint64_t seed) {
     c.death_us = c.compute_us * below(3 * c.steps + 1);
     c.detect_us = below(2000);
   }
+  // Drawn last, so that the draws above stay what they were for every seed.
+  if (c.death_rank >= 0 && chance(0.4)) c.destroy_instead = true;
+  // Some worlds large enough that ranks have peers outside their partners (r +- 2^k).
+  if (chance(0.1)) {
+    const int more = 10 + below(15) - c.ranks;
+    c.ranks += more;
+    c.count += 2 * static_cast<size_t>(more);  // still 2 elements per rank, 2 more
+  }
   return c;
 }
 
@@ -354,11 +381,11 @@ Result<ExploreOutcome> explore(const ExploreCase& c) {
   ExploreOutcome out;
   out.died = driver.killed();
   // Whose rounds are reported: rank 0, or the next rank if rank 0 died.
-  const int reference = out.died && net.dead(0) ? (c.death_rank + 1) % P : 0;
+  const int reference = out.died && driver.gone(0) ? (c.death_rank + 1) % P : 0;
   std::string broken;
   if (!finished) {
     for (int r = 0; r < P && broken.size() < 300; ++r) {
-      if (net.dead(r) || driver.done(r)) continue;
+      if (driver.gone(r) || driver.done(r)) continue;
       broken += (broken.empty() ? "" : ", ") + driver.where(r);
     }
     broken = "no progress within " + std::to_string(limit / 1'000'000) + " ms: " + broken;
@@ -370,7 +397,7 @@ Result<ExploreOutcome> explore(const ExploreCase& c) {
     net.run(
         quiet, [] { return false; }, net.now_ns() + ns_of(c.detect_us) + 100'000'000);
     for (int r = 0; r < P && broken.empty(); ++r) {
-      if (net.dead(r)) continue;
+      if (driver.gone(r)) continue;
       const Status& e = driver.error(r);
       if (e.ok()) continue;
       ++out.told_of_death;
@@ -378,7 +405,8 @@ Result<ExploreOutcome> explore(const ExploreCase& c) {
       if (e.code() != StatusCode::kPeerFailed ||
           e.message().find("rank " + std::to_string(c.death_rank)) == std::string::npos) {
         broken = "rank " + std::to_string(r) + " failed with " + e.to_string() + " after rank " +
-                 std::to_string(c.death_rank) + " died";
+                 std::to_string(c.death_rank) +
+                 (c.destroy_instead ? " destroyed its object" : " died");
       }
     }
   }
@@ -435,7 +463,7 @@ Result<ExploreOutcome> explore(const ExploreCase& c) {
     }
   }
   for (int r = 0; r < P && broken.empty(); ++r) {
-    if (net.dead(r)) continue;
+    if (driver.gone(r)) continue;
     const std::vector<double>& sums = ledger.sums(r);
     const bool exact = !out.died && !c.drop_late;
     for (size_t j = 0; j < c.count; ++j) {

@@ -12,12 +12,13 @@
 //     rank fresh; quorum(k): at least k; any round outside a flush: at least one);
 //   - a rank that dies is reported to every survivor (no survivor waits for ever), and no
 //     survivor's results count any post twice.
-// What a seed draws: the world (2 .. 9 ranks, mailbox slots, allreduce algorithm), the object
-// (mode, late policy, sync_every, result_depth, size), the ranks' compute per step with injected
-// stragglers, message jitter within the contract's per-pair order, the order in which ranks
-// runnable at one instant run, and at most one stall (a rank whose process stops for a while)
-// and one death. The timed part replays bit for bit from its seed; the flush at the end runs on
-// one thread per rank (the simulation's setup mode), so its interleaving is the machine's.
+// What a seed draws: the world (2 .. 9 ranks, a tenth 10 .. 24, mailbox slots, allreduce
+// algorithm), the object (mode, late policy, sync_every, result_depth, size), the ranks' compute
+// per step with injected stragglers, message jitter within the contract's per-pair order, the order
+// in which ranks runnable at one instant run, and at most one stall (a rank whose process stops for
+// a while) and one leave (its process dies, or it destroys its object while the others go on). The
+// timed part replays bit for bit from its seed; the flush at the end runs on one thread per rank
+// (the simulation's setup mode), so its interleaving is the machine's.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +54,7 @@ struct ExploreCase {
   int death_rank = -1;  // who dies at death_us (virtual), detected detect_us later
   double death_us = 0;
   double detect_us = 0;
+  bool destroy_instead = false;  // death_rank destroys its object at death_us instead of dying
   // Outside the contract (sim_network.h, Perturbation::corrupt_from): from the n-th payload
   // delivered on, payloads arrive with a byte changed. Never drawn: shows that the explorer
   // notices.
