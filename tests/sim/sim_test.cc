@@ -226,6 +226,27 @@ TEST(Sim, SimTransportKeepsTheContract) {
   net.uninstall();
 }
 
+// Payloads above elide_bytes are timed, not copied (only their first page, the headers, is):
+// the run completes, and its virtual times are those of the run that copies everything.
+TEST(Sim, ElidedPayloadsKeepTheirTiming) {
+  double first_us[2] = {0, 0};
+  for (int elided = 0; elided < 2; ++elided) {
+    WorldOptions wo;
+    wo.ranks = 6;
+    wo.link = loggp_preset("hdr").value();
+    wo.config = {{"EAGERCOMM_ALLREDUCE_ALGO", "ring"}, {"EAGERCOMM_SLOT_BYTES", "64KiB"}};
+    if (elided) wo.elide_bytes = 16 * 1024;
+    auto w = SimWorld::create(wo);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    const CollectiveResult r = run(*w.value(), "allreduce", 4 << 20, 1);
+    EXPECT_EQ(r.checked, !elided);
+    EXPECT_EQ(r.wrong, 0u);
+    first_us[elided] = r.first_us;
+  }
+  EXPECT_GT(first_us[0], 0);
+  EXPECT_EQ(first_us[0], first_us[1]);
+}
+
 // The activation flood (partial_stream.h): one rank's post reaches every rank after ceil(log2 P)
 // hops of L + 2o, its sends ordered as a binomial tree rooted at the post. (In rank order the
 // last rank heard after that plus the o of the sends queued ahead of it at every hop: 14.5 us

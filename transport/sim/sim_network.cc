@@ -12,6 +12,10 @@ std::atomic<SimNetwork*> g_installed{nullptr};
 
 int64_t ns(double v) { return static_cast<int64_t>(std::llround(v)); }
 
+// What an elided write still delivers: its first page, where the mailbox's slot header and the
+// collective's message header are (a slot's payload follows them).
+constexpr size_t kElidedKeepBytes = 4096;
+
 }  // namespace
 
 SimNetwork::SimNetwork(int size, const LogGP& model, uint64_t elide_bytes)
@@ -281,7 +285,10 @@ bool SimNetwork::step(RankDriver& driver, int64_t until_ns) {
     switch (e.kind) {
       case Kind::kDeliver:
         if (r.closed) break;
-        if (e.to && e.bytes && e.bytes <= elide_bytes_) {
+        if (e.to && e.bytes && e.bytes > elide_bytes_) {
+          // Elided: only the message's first page (the mailbox's slot and message headers).
+          std::memcpy(e.to, e.from, std::min<size_t>(e.bytes, kElidedKeepBytes));
+        } else if (e.to && e.bytes) {
           std::memcpy(e.to, e.from, e.bytes);
           ++payloads_delivered_;
           if (perturb_.corrupt_from && payloads_delivered_ >= perturb_.corrupt_from) {
