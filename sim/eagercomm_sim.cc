@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,24 @@ struct PartialTable {
   std::FILE* trace = nullptr;
 };
 
+// A world of P ranks on `model` (null, with the reason on stderr, if it cannot be made).
+std::unique_ptr<SimWorld> make_world(int P, const LogGP& model, std::FILE* trace,
+                                     uint64_t elide = UINT64_MAX,
+                                     std::map<std::string, std::string> config = {}) {
+  WorldOptions wo;
+  wo.ranks = P;
+  wo.link = model;
+  wo.elide_bytes = elide;
+  wo.config = std::move(config);
+  Result<std::unique_ptr<SimWorld>> world = SimWorld::create(wo);
+  if (!world.ok()) {
+    std::fprintf(stderr, "eagercomm-sim: P=%d: %s\n", P, world.status().to_string().c_str());
+    return nullptr;
+  }
+  world.value()->network().set_trace(trace);
+  return std::move(world).value();
+}
+
 int stragglers_of(const std::string& text, int P) {
   if (!text.empty() && text.back() == '%') {
     const double share = std::atof(text.c_str()) / 100.0;
@@ -138,15 +157,8 @@ int partial_table(const PartialTable& t, const std::vector<int>& ranks,
               "strag", "fast (us)", "alone (us)", "ratio", "slow (us)", "fresh", "stale", "max",
               "wall (s)");
   for (int P : ranks) {
-    WorldOptions wo;
-    wo.ranks = P;
-    wo.link = model;
-    Result<std::unique_ptr<SimWorld>> world = SimWorld::create(wo);
-    if (!world.ok()) {
-      std::fprintf(stderr, "eagercomm-sim: P=%d: %s\n", P, world.status().to_string().c_str());
-      return 1;
-    }
-    world.value()->network().set_trace(t.trace);
+    std::unique_ptr<SimWorld> world = make_world(P, model, t.trace);
+    if (!world) return 1;
     for (uint64_t bytes : sizes) {
       for (const std::string& mode : t.modes) {
         PartialRun run;
@@ -157,9 +169,9 @@ int partial_table(const PartialTable& t, const std::vector<int>& ranks,
         run.delay_us = t.delay_steps * t.compute_us;
         run.seed = t.seed;
         run.result_depth = t.result_depth;
-        Result<PartialResult> alone = run_partial(*world.value(), run);
+        Result<PartialResult> alone = run_partial(*world, run);
         run.stragglers = stragglers_of(t.stragglers, P);
-        Result<PartialResult> with = alone.ok() ? run_partial(*world.value(), run) : alone;
+        Result<PartialResult> with = alone.ok() ? run_partial(*world, run) : alone;
         if (!with.ok()) {
           std::fprintf(stderr, "eagercomm-sim: P=%d, %s: %s\n", P, mode.c_str(),
                        with.status().to_string().c_str());
@@ -213,18 +225,10 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
   std::printf("# %6s %12s %6s %12s %12s %7s %12s %10s %8s %6s\n", "ranks", "bytes", "algo",
               "first (us)", "model (us)", "ratio", "mean (us)", "msgs/call", "wall (s)", "wrong");
   for (int P : ranks) {
-    WorldOptions wo;
-    wo.ranks = P;
-    wo.link = model;
-    wo.elide_bytes = t.elide;
-    if (t.algo == "ring") wo.config["EAGERCOMM_ALLREDUCE_ALGO"] = "ring";
-    if (t.algo == "rd") wo.config["EAGERCOMM_ALLREDUCE_ALGO"] = "rd";
-    Result<std::unique_ptr<SimWorld>> world = SimWorld::create(wo);
-    if (!world.ok()) {
-      std::fprintf(stderr, "eagercomm-sim: P=%d: %s\n", P, world.status().to_string().c_str());
-      return 1;
-    }
-    world.value()->network().set_trace(t.trace);
+    std::map<std::string, std::string> config;
+    if (t.algo != "auto") config["EAGERCOMM_ALLREDUCE_ALGO"] = t.algo;
+    std::unique_ptr<SimWorld> world = make_world(P, model, t.trace, t.elide, config);
+    if (!world) return 1;
     for (uint64_t bytes : sizes) {
       if (t.trace)
         std::fprintf(t.trace, "# P=%d, %llu bytes\n", P, static_cast<unsigned long long>(bytes));
@@ -232,7 +236,7 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
       run.collective = t.coll;
       run.bytes = bytes;
       run.iters = t.iters;
-      Result<CollectiveResult> r = run_collective(*world.value(), run);
+      Result<CollectiveResult> r = run_collective(*world, run);
       if (!r.ok()) {
         std::fprintf(stderr, "eagercomm-sim: P=%d, %llu bytes: %s\n", P,
                      static_cast<unsigned long long>(bytes), r.status().to_string().c_str());
@@ -240,7 +244,7 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
       }
       // Which algorithm ran: the library's own choice for the sim transport (no mapped memory,
       // no small boxes).
-      const Config& cfg = world.value()->config();
+      const Config& cfg = world->config();
       const bool rd = t.coll == "allreduce" &&
                       detail::choose_allreduce(cfg, P, bytes, cfg.slot_bytes - kSlotHeaderBytes,
                                                false, 0) == detail::Algo::kRecursiveDoubling;
@@ -261,7 +265,7 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
         for (double t : x.call_end_us) std::printf(" %.1f", t);
         uint64_t spills = 0, unexpected = 0;
         for (int q = 0; q < P; ++q) {
-          const CommunicatorStats st = world.value()->comm(q).stats();
+          const CommunicatorStats st = world->comm(q).stats();
           spills += st.spills;
           unexpected += st.unexpected_messages;
         }
@@ -302,12 +306,9 @@ int activation_table(const std::vector<int>& ranks, uint64_t bytes, const LogGP&
   std::printf("# %6s %6s %11s %11s %11s %7s\n", "ranks", "log2P", "last (us)", "mean (us)",
               "bound (us)", "ratio");
   for (int P : ranks) {
-    WorldOptions wo;
-    wo.ranks = P;
-    wo.link = model;
-    Result<std::unique_ptr<SimWorld>> world = SimWorld::create(wo);
-    Result<ActivationResult> a =
-        world.ok() ? run_activation(*world.value(), bytes, 0) : world.status();
+    std::unique_ptr<SimWorld> world = make_world(P, model, nullptr);
+    if (!world) return 1;
+    Result<ActivationResult> a = run_activation(*world, bytes, 0);
     if (!a.ok()) {
       std::fprintf(stderr, "eagercomm-sim: P=%d: %s\n", P, a.status().to_string().c_str());
       return 1;

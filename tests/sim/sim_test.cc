@@ -173,18 +173,26 @@ class Recorder final : public RankDriver {
   std::vector<std::unique_ptr<Transport>>& t_;
 };
 
+// One "sim" transport per rank on the installed network (fewer when one cannot be made).
+std::vector<std::unique_ptr<Transport>> sim_transports(int P) {
+  static const Config config;
+  static HashStore store;
+  std::vector<std::unique_ptr<Transport>> t;
+  for (int r = 0; r < P; ++r) {
+    TransportParams p{r, P, &config, &store, "transports", true};
+    auto made = create_transport("sim", p);
+    EXPECT_TRUE(made.ok()) << made.status().to_string();
+    if (!made.ok()) break;
+    t.push_back(std::move(made).value());
+  }
+  return t;
+}
+
 TEST(Sim, SimTransportKeepsTheContract) {
   SimNetwork net(2, loggp_preset("ndr").value());
   ASSERT_TRUE(net.install().ok());
-  Config config;
-  HashStore store;
-  std::vector<std::unique_ptr<Transport>> t;
-  for (int r = 0; r < 2; ++r) {
-    TransportParams p{r, 2, &config, &store, "contract", true};
-    auto made = create_transport("sim", p);
-    ASSERT_TRUE(made.ok()) << made.status().to_string();
-    t.push_back(std::move(made).value());
-  }
+  std::vector<std::unique_ptr<Transport>> t = sim_transports(2);
+  ASSERT_EQ(t.size(), 2u);
   auto src = t[0]->allocate(4096, MemoryKind::kHost).value();
   auto dst = t[1]->allocate(4096, MemoryKind::kHost).value();
   auto remote = t[0]->import_region(1, dst->remote_key()).value();
@@ -283,15 +291,8 @@ TEST(Sim, PerturbationsKeepPerPairOrderAndADeathIsReported) {
   SimNetwork net(3, loggp_preset("hdr").value());
   ASSERT_TRUE(net.install().ok());
   net.perturb({7, 50'000, true, 0});
-  Config config;
-  HashStore store;
-  std::vector<std::unique_ptr<Transport>> t;
-  for (int r = 0; r < 3; ++r) {
-    TransportParams p{r, 3, &config, &store, "perturb", true};
-    auto made = create_transport("sim", p);
-    ASSERT_TRUE(made.ok()) << made.status().to_string();
-    t.push_back(std::move(made).value());
-  }
+  std::vector<std::unique_ptr<Transport>> t = sim_transports(3);
+  ASSERT_EQ(t.size(), 3u);
   Recorder rec(t);
   rec.first = [&] {
     for (uint32_t i = 0; i < 40; ++i) {

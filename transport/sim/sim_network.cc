@@ -93,14 +93,14 @@ Status SimNetwork::write(int src, int dst, const uint8_t* from, uint8_t* to, siz
   if (ranks_[src].closed) {
     return Status(StatusCode::kAborted, "sim: this rank's transport is closed");
   }
-  if (ranks_[dst].dead && now_ns_ >= ranks_[dst].lost_after) return peer_error(src, dst);
+  if (ranks_[dst].dead && now_ns_ >= ranks_[dst].lost_after) return peer_error(dst);
   if (ranks_[dst].closed && !ranks_[dst].dead) {
     return make_status(StatusCode::kPeerFailed, "sim: rank %d left the job", dst);
   }
   Rank& s = ranks_[src];
   Rank& d = ranks_[dst];
   if (!timed_) {
-    if (d.dead) return peer_error(src, dst);
+    if (d.dead) return peer_error(dst);
     // Setup: delivered at once, untimed.
     if (to && bytes) std::memcpy(to, from, bytes);
     d.completions.push_back(TransportCompletion{TransportCompletion::Kind::kNotify, src, tag, 0});
@@ -186,8 +186,7 @@ void SimNetwork::kill(int rank, int64_t detect_ns) {
   }
 }
 
-Status SimNetwork::peer_error(int rank, int peer) const {
-  (void)rank;
+Status SimNetwork::peer_error(int peer) const {
   if (peer >= 0 && peer < size_ && ranks_[peer].dead) {
     return make_status(StatusCode::kPeerFailed, "sim: rank %d died at %.3f ms (virtual time)", peer,
                        static_cast<double>(ranks_[peer].died_at) / 1e6);

@@ -123,8 +123,8 @@ class SimNetwork final : public VirtualClock {
   // to it fail from then on (before that they are accepted and lost, and never complete).
   void kill(int rank, int64_t detect_ns);
   bool dead(int rank) const { return ranks_[rank].dead; }
-  // Why `rank` lost `peer`: kPeerFailed naming when it died (for SimTransport::peer_error).
-  Status peer_error(int rank, int peer) const;
+  // Why a rank lost `peer`: kPeerFailed naming when it died (for SimTransport::peer_error).
+  Status peer_error(int peer) const;
   // Deliveries and local completions scheduled and not handled yet (wake-ups not counted).
   uint64_t in_flight() const { return in_flight_; }
 

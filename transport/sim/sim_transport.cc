@@ -128,7 +128,7 @@ class SimTransport final : public Transport {
   void wait(std::chrono::nanoseconds timeout) override { net_.wait(rank(), timeout); }
   void wake() override { net_.wake(rank()); }
 
-  Status peer_error(int peer) const override { return net_.peer_error(rank(), peer); }
+  Status peer_error(int peer) const override { return net_.peer_error(peer); }
 
   void close() override {
     if (!closed_) net_.close(rank());
