@@ -7,7 +7,6 @@
 #include <memory>
 #include <optional>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "collectives/config.h"

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "collectives/partial_allreduce.h"
