@@ -79,10 +79,6 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
   switch (kind) {
     case MsgKind::kActivate:
       core_.release(m);
-      if (h.a >= activated_ && h.a != heard_round_) {
-        heard_round_ = h.a;
-        heard_stride_ = (r_ - peer + P_) % P_;
-      }
       if (!closed_) want(h.a + 1);
       return;
     case MsgKind::kArrive:
@@ -327,16 +323,7 @@ bool PartialStream::activate_next(bool activating) {
 
 void PartialStream::flood(uint64_t round) {
   if (boxes_) return;  // the round's contribution in a peer's box activates it there
-  int largest = 1;
-  while (largest * 2 < P_) largest *= 2;
-  // Tree order (header): the strides below the one this rank heard the round over, largest
-  // first; a rank that set the round off (or heard it from an earlier round's sender) has none.
-  const bool heard = round == heard_round_ && (heard_stride_ & (heard_stride_ - 1)) == 0;
-  const int below = heard ? heard_stride_ : 2 * largest;
-  for (int d = largest; d >= 1; d /= 2) {
-    if (d < below && d < P_) send((r_ + d) % P_, MsgKind::kActivate, round);
-  }
-  for (int d = below; d <= largest; d *= 2) send((r_ + d) % P_, MsgKind::kActivate, round);
+  for (int d = 1; d < P_; d *= 2) send((r_ + d) % P_, MsgKind::kActivate, round);
 }
 
 int PartialStream::start_taken() {
