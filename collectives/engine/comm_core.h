@@ -143,6 +143,9 @@ class CommCore final : public ProgressSource {
   // Routes a message again (after its operation was started).
   void redispatch(InMessage* m) { dispatch(m); }
   void release(InMessage* m) { mailbox_->release(m); }
+  // Releases a message of an operation that will never run here, first telling a peer that
+  // lent this rank its buffers for it (a direct operation's step 0) that they are free.
+  void refuse(InMessage* m, const MsgHeader& h);
 
   // ProgressSource.
   int progress() override;

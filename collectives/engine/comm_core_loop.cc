@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/collective_log.h"
 #include "collectives/engine/comm_core.h"
 #include "collectives/engine/control.h"
@@ -276,7 +277,12 @@ void CommCore::dispatch(InMessage* m) {
         is_valid_status_code(h.a) ? static_cast<StatusCode>(h.a) : StatusCode::kPeerFailed;
     return Status(code, text);
   };
-  if (draining_.contains(h.key)) {
+  // A stream's round shares its key with the round's data operation; only the operation's
+  // messages belong to it (activations and closed notices go to the stream even while a failed
+  // round drains: a closed notice swallowed there once left a peer waiting 30 s for its round).
+  const uint32_t stream = key_stream(h.key);
+  const bool for_op = kind == MsgKind::kData || kind == MsgKind::kOpError;
+  if ((stream == 0 || for_op) && draining_.contains(h.key)) {
     // A failed operation waiting for peers to stop using its buffers: a peer is done when it
     // says it finished its part (step 1 of the direct protocol) or failed the operation.
     const int peer = m->peer;
@@ -288,17 +294,16 @@ void CommCore::dispatch(InMessage* m) {
   // Operations in flight are few: a scan beats a hash table's node allocation per operation.
   const auto it = std::find_if(active_.begin(), active_.end(),
                                [&](const Op* op) { return op->key() == h.key; });
-  if (const uint32_t stream = key_stream(h.key); stream != 0) {
+  if (stream != 0) {
     // Operation messages go to the operation; the rest (activations, arrivals, data for rounds
     // not started yet) to the stream's handler, or wait for it to attach.
-    const bool for_op = kind == MsgKind::kData || kind == MsgKind::kOpError;
     if (it == active_.end() || !for_op) {
       auto handler = streams_.find(stream);
       if (handler != streams_.end()) {
         handler->second->on_message(m, h);
       } else if (std::find(detached_streams_.begin(), detached_streams_.end(), stream) !=
                  detached_streams_.end()) {
-        mailbox_->release(m);
+        refuse(m, h);  // the stream's object is gone: its rounds never run here
       } else {
         ++stats_.unexpected_messages;
         stream_unexpected_[stream].push_back(m);
@@ -352,6 +357,19 @@ void CommCore::dispatch(InMessage* m) {
     mailbox_->release(m);
     fail(op, s, TellPeers::kYes);
   }
+}
+
+void CommCore::refuse(InMessage* m, const MsgHeader& h) {
+  // A peer that lent this rank its buffers (step 0 of a direct operation) waits, when its own
+  // operation fails, until this rank says it will not touch them: say so now.
+  if (static_cast<MsgKind>(h.kind) == MsgKind::kData && h.step == 0 &&
+      h.sig.reserved == static_cast<uint8_t>(Algo::kDirect)) {
+    MsgHeader reply = h;
+    reply.kind = static_cast<uint32_t>(MsgKind::kOpError);
+    reply.a = static_cast<uint32_t>(StatusCode::kPeerFailed);
+    send_header(m->peer, reply);
+  }
+  mailbox_->release(m);
 }
 
 uint64_t CommCore::widen_seq(uint32_t low24) const {

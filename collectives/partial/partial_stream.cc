@@ -60,7 +60,7 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
 
 PartialStream::~PartialStream() {
   for (auto& [round, messages] : stashed_) {
-    for (InMessage* m : messages) discard(m, read_header(*m));
+    for (InMessage* m : messages) core_.refuse(m, read_header(*m));
   }
 }
 
@@ -79,6 +79,10 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
   switch (kind) {
     case MsgKind::kActivate:
       core_.release(m);
+      if (h.a >= activated_ && h.a != heard_round_) {
+        heard_round_ = h.a;
+        heard_stride_ = (r_ - peer + P_) % P_;
+      }
       if (!closed_) want(h.a + 1);
       return;
     case MsgKind::kArrive:
@@ -116,7 +120,7 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
   // Data (or a failure notice) of a round whose operation is not running here.
   const uint64_t round = round_of(h.key);
   if (closed_ || round >= broken_from_) {
-    discard(m, h);
+    core_.refuse(m, h);
     return;
   }
   auto it = rounds_.find(round);
@@ -323,7 +327,16 @@ bool PartialStream::activate_next(bool activating) {
 
 void PartialStream::flood(uint64_t round) {
   if (boxes_) return;  // the round's contribution in a peer's box activates it there
-  for (int d = 1; d < P_; d *= 2) send((r_ + d) % P_, MsgKind::kActivate, round);
+  int largest = 1;
+  while (largest * 2 < P_) largest *= 2;
+  // Tree order (header): the strides below the one this rank heard the round over, largest
+  // first; a rank that set the round off (or heard it from an earlier round's sender) has none.
+  const bool heard = round == heard_round_ && (heard_stride_ & (heard_stride_ - 1)) == 0;
+  const int below = heard ? heard_stride_ : 2 * largest;
+  for (int d = largest; d >= 1; d /= 2) {
+    if (d < below && d < P_) send((r_ + d) % P_, MsgKind::kActivate, round);
+  }
+  for (int d = below; d <= largest; d *= 2) send((r_ + d) % P_, MsgKind::kActivate, round);
 }
 
 int PartialStream::start_taken() {
@@ -442,23 +455,9 @@ void PartialStream::break_from(uint64_t round, const Status& why, uint64_t spare
     if (r.data_op) core_.fail_op(r.data_op, why, TellPeers::kNo);
   }
   for (auto it = stashed_.lower_bound(round); it != stashed_.end(); it = stashed_.erase(it)) {
-    for (InMessage* m : it->second) discard(m, read_header(*m));
+    for (InMessage* m : it->second) core_.refuse(m, read_header(*m));
   }
   deliver();
-}
-
-void PartialStream::discard(InMessage* m, const MsgHeader& h) {
-  // A peer that lent this rank its buffers (the keys of a direct round) waits, when its round
-  // fails, until this rank says it will not touch them: say so for a round never run here.
-  if (h.kind == static_cast<uint32_t>(MsgKind::kData) && h.step == 0 &&
-      h.sig.reserved == static_cast<uint8_t>(Algo::kDirect)) {
-    MsgHeader reply = h;
-    reply.kind = static_cast<uint32_t>(MsgKind::kOpError);
-    reply.step = 0;
-    reply.a = static_cast<uint32_t>(StatusCode::kPeerFailed);
-    core_.send_header(m->peer, reply);
-  }
-  core_.release(m);
 }
 
 void PartialStream::on_peer_gone(int peer, const Status& why) {

@@ -273,9 +273,7 @@ TEST(Sim, ActivationReachesEveryRankInLog2PHops) {
       // Plus one data message of the round taken in ahead of an activation on the way (o and
       // its reduction: the round's allreduce starts at each rank as soon as it is active).
       const double data_us = (m.o_ns + 4096 * m.reduce_ns_per_byte) / 1e3;
-      // Rank-order sends queue up to log2 P - 1 sends ahead of a hop (the tree order that
-      // removed that was reverted: it made a destroy-while-in-flight test hang ~1 run in 15).
-      EXPECT_LE(a.value().last_us, 2 * hops * hop_us + data_us)
+      EXPECT_LE(a.value().last_us, hops * hop_us * 1.1 + data_us)
           << "P=" << P << " from " << initiator;
       EXPECT_LE(a.value().mean_us, a.value().last_us);
     }
