@@ -106,6 +106,10 @@ struct TransportCaps {
   bool ranks_on_one_host = false;
   // Every rank is a thread of this process (inproc): ranks cannot stop or hang one by one.
   bool ranks_in_one_process = false;
+  // Writes of more bytes deliver only their first page (the sim backend timing sizes whose
+  // buffers would not fit P times over): the values are never looked at, so the collectives
+  // skip the reductions and copies of such payloads.
+  uint64_t payloads_elided_above = UINT64_MAX;
 };
 
 class Transport {

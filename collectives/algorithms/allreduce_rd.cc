@@ -74,7 +74,7 @@ class RdAllreduce final : public QueuedOp {
           Result<const Received*> m = take(r_ + 1, post_step_);
           if (!m.ok()) return m.status();
           if (!*m) return steps;
-          if (bytes_) std::memcpy(acc_, (*m)->message->payload, bytes_);
+          if (bytes_ && !ctx.elided(bytes_)) std::memcpy(acc_, (*m)->message->payload, bytes_);
           queues_.pop_release(ctx, r_ + 1);
           publish();
           phase_ = Phase::kDone;
@@ -85,7 +85,8 @@ class RdAllreduce final : public QueuedOp {
           Result<const Received*> m = take(r_ - 1, 0);
           if (!m.ok()) return m.status();
           if (!*m) return steps;
-          reduce(type_, op_, acc_, (*m)->message->payload, acc_, sig_.count);
+          if (!ctx.elided(bytes_))
+            reduce(type_, op_, acc_, (*m)->message->payload, acc_, sig_.count);
           queues_.pop_release(ctx, r_ - 1);
           phase_ = Phase::kDoubling;
           ++steps;
@@ -115,7 +116,9 @@ class RdAllreduce final : public QueuedOp {
           if (!*m) return steps;
           const uint8_t* theirs = (*m)->message->payload;
           uint8_t* acc = acc_;
-          if (partner < r_) {
+          if (ctx.elided(bytes_)) {
+            // The payload's values were not delivered (TransportCaps): nothing to combine.
+          } else if (partner < r_) {
             reduce(type_, op_, acc, theirs, acc, sig_.count);
           } else {
             reduce(type_, op_, acc, acc, theirs, sig_.count);

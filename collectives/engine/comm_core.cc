@@ -96,7 +96,13 @@ Status CommCore::setup(Bootstrap& boot, bool in_process) {
   }
   EC_ASSIGN_OR_RETURN(mailbox_, Mailbox::create(*transport_, mopts, std::move(layout)));
   EC_RETURN_IF_ERROR(make_small_boxes());
-  ctx_ = OpContext{rank_, size_, mailbox_.get(), transport_.get(), &config_, small_.get()};
+  ctx_ = OpContext{rank_,
+                   size_,
+                   mailbox_.get(),
+                   transport_.get(),
+                   &config_,
+                   small_.get(),
+                   transport_->capabilities().payloads_elided_above};
   return boot.connect(*transport_, *mailbox_, small_.get());
 }
 

@@ -98,6 +98,10 @@ struct OpContext {
   Transport* transport;
   const Config* config;
   SmallBoxes* small = nullptr;  // null when the transport cannot share them
+  // TransportCaps::payloads_elided_above: payloads of more bytes carry no values.
+  uint64_t elided_above = UINT64_MAX;
+
+  bool elided(size_t payload_bytes) const { return payload_bytes > elided_above; }
 };
 
 class Op : public MpscNode {

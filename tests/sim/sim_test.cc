@@ -234,8 +234,9 @@ TEST(Sim, SimTransportKeepsTheContract) {
   net.uninstall();
 }
 
-// Payloads above elide_bytes are timed, not copied (only their first page, the headers, is):
-// the run completes, and its virtual times are those of the run that copies everything.
+// Payloads above elide_bytes are timed, not copied (only their first page, the headers, is) nor
+// reduced (TransportCaps::payloads_elided_above): the run completes, and its virtual times are
+// those of the run that copies and reduces everything, whose result is checked.
 TEST(Sim, ElidedPayloadsKeepTheirTiming) {
   double first_us[2] = {0, 0};
   for (int elided = 0; elided < 2; ++elided) {

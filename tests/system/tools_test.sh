@@ -153,6 +153,18 @@ for r in rows:
     assert r["model_us"] > 0 and r["ratio"] > 0 and r["first_us"] > 0, r
     assert r["algo"] in ("rd", "ring"), r
 PY
+# Vectors above --elide: timed, not copied, reduced or checked; the same virtual time as the
+# run that copies (each a fresh world: a world's earlier calls shift the next one's timing).
+"$sim" --ranks 5 --bytes 300K --json "$tmp/simc.json" >"$tmp/simc.txt" \
+  || fail "eagercomm-sim failed: $(cat "$tmp/simc.txt")"
+"$sim" --ranks 5 --bytes 300K --elide 100K --json "$tmp/sime.json" >"$tmp/sime.txt" \
+  || fail "eagercomm-sim --elide failed: $(cat "$tmp/sime.txt")"
+python3 - "$tmp/simc.json" "$tmp/sime.json" <<'PY' || fail "eagercomm-sim --elide: $(cat "$tmp/sime.txt")"
+import json, sys
+[copied], [elided] = (json.load(open(f)) for f in sys.argv[1:])
+assert copied["checked"] and copied["wrong"] == 0 and not elided["checked"], (copied, elided)
+assert copied["first_us"] == elided["first_us"] and copied["mean_us"] == elided["mean_us"], (copied, elided)
+PY
 "$sim" --modes solo,sync --ranks 4 --stragglers 1 --steps 6 --result-depth 8 \
   --json "$tmp/simp.json" >"$tmp/simp.txt" || fail "eagercomm-sim --modes failed: $(cat "$tmp/simp.txt")"
 grep -Eq '^ +4 +4096 +solo +1 ' "$tmp/simp.txt" || fail "no solo row: $(cat "$tmp/simp.txt")"

@@ -120,6 +120,7 @@ class SimTransport final : public Transport {
   TransportCaps capabilities() const override {
     TransportCaps caps;
     caps.ranks_in_one_process = true;  // no rank stops alone: no heartbeats
+    caps.payloads_elided_above = net_.elide_bytes();
     return caps;
   }
 
