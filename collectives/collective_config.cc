@@ -60,6 +60,15 @@ constexpr ConfigRow kCollectiveRows[] = {
      .doc = "store straight into a peer's mapped memory when the transport offers it; turn off "
             "to force the copy path when chasing a memory bug",
      .field = config_field<&CollectiveConfig::direct>()},
+    {.name = "EAGERCOMM_PROBE_AFTER",
+     .kind = ConfigKind::kDuration,
+     .default_text = "50ms",
+     .max = 3600 * kNsPerSecond,
+     .doc = "how long a collective waits before it sends its signature to every peer, so that "
+            "mismatched calls that exchange no message still fail naming both (P - 1 small "
+            "messages per waiting call, once); raise it where many ranks share few cores, 0 "
+            "never probes (such a mismatch then waits for EAGERCOMM_TIMEOUT)",
+     .field = config_field<&CollectiveConfig::probe_after>()},
 };
 
 }  // namespace

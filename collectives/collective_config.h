@@ -1,6 +1,7 @@
 // The collectives' part of the EAGERCOMM_* table: algorithm choices and their crossovers.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -20,6 +21,8 @@ struct CollectiveConfig {
   BroadcastAlgo bcast_algo = BroadcastAlgo::kAuto;
   size_t chain_min_bytes = 256 * 1024;  // broadcast by chain from this size
   bool direct = true;                   // store into mapped peer memory if offered
+  // A plain collective waiting this long sends its signature to every peer (0: never).
+  std::chrono::nanoseconds probe_after = std::chrono::milliseconds(50);
 };
 
 std::span<const ConfigRow> collective_config_rows();

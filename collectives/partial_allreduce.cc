@@ -504,8 +504,12 @@ void PartialAllreduce::destroy() {
                    impl_->last_timeout_.empty()
                        ? std::string("partial allreduce: destroyed")
                        : "partial allreduce: destroyed after: " + impl_->last_timeout_);
-  impl_->core_->engine().run_exclusive([stream, &why] { stream->close(why); });
-  impl_->core_->detach_stream(impl_->shared_->stream);
+  std::string stopped;  // what peers' rounds that still reach this rank are told
+  impl_->core_->engine().run_exclusive([stream, &why, &stopped] {
+    stream->close(why);
+    stopped = stream->failure().message();
+  });
+  impl_->core_->detach_stream(impl_->shared_->stream, std::move(stopped));
   impl_->core_->engine().notify_waiters();
 }
 

@@ -151,6 +151,13 @@ int stragglers_of(const std::string& text, int P) {
   return std::min(std::atoi(text.c_str()), P);
 }
 
+Result<PartialResult> run_partial_in_new_world(int P, const LogGP& model, std::FILE* trace,
+                                               const PartialRun& run) {
+  std::unique_ptr<SimWorld> world = make_world(P, model, trace);
+  if (!world) return Status(StatusCode::kUnavailable, "the simulated world could not be made");
+  return run_partial(*world, run);
+}
+
 // The partial allreduce table: one row per P, size and mode.
 int partial_table(const PartialTable& t, const std::vector<int>& ranks,
                   const std::vector<uint64_t>& sizes, const LogGP& model, std::string* rows) {
@@ -158,8 +165,6 @@ int partial_table(const PartialTable& t, const std::vector<int>& ranks,
               "strag", "fast (us)", "alone (us)", "ratio", "slow (us)", "fresh", "stale", "max",
               "wall (s)");
   for (int P : ranks) {
-    std::unique_ptr<SimWorld> world = make_world(P, model, t.trace);
-    if (!world) return 1;
     for (uint64_t bytes : sizes) {
       for (const std::string& mode : t.modes) {
         PartialRun run;
@@ -170,9 +175,12 @@ int partial_table(const PartialTable& t, const std::vector<int>& ranks,
         run.delay_us = t.delay_steps * t.compute_us;
         run.seed = t.seed;
         run.result_depth = t.result_depth;
-        Result<PartialResult> alone = run_partial(*world, run);
+        // Each run in a world of its own: runs do not depend on each other, and at P = 4096 the
+        // mailbox pages one run touched (about 13 GB) would stay resident under the next.
+        Result<PartialResult> alone = run_partial_in_new_world(P, model, t.trace, run);
         run.stragglers = stragglers_of(t.stragglers, P);
-        Result<PartialResult> with = alone.ok() ? run_partial(*world, run) : alone;
+        Result<PartialResult> with =
+            alone.ok() ? run_partial_in_new_world(P, model, t.trace, run) : alone;
         if (!with.ok()) {
           std::fprintf(stderr, "eagercomm-sim: P=%d, %s: %s\n", P, mode.c_str(),
                        with.status().to_string().c_str());

@@ -15,6 +15,12 @@ Result<std::unique_ptr<SimWorld>> SimWorld::create(const WorldOptions& options) 
   std::map<std::string, std::string> env = options.config;
   env["EAGERCOMM_TRANSPORT"] = "sim";
   env["EAGERCOMM_PROGRESS_THREAD"] = "off";
+  // Setup runs one thread per rank on the real clock: with hundreds of ranks on a few cores
+  // the collectives of a partial object's creation wait seconds, past the 50 ms default, and
+  // probe all their peers, P^2 messages that touch a control slot of every pair (0.9 of the
+  // 1.1 GB that creating P = 512 objects took; 8.6 GB at P = 1024 with a 1 s wait). Unless the
+  // caller says otherwise, large worlds probe after a minute (a mismatch is still found).
+  if (options.ranks > 64) env.try_emplace("EAGERCOMM_PROBE_AFTER", "60s");
   EC_ASSIGN_OR_RETURN(Config config, Config::load(env));
   std::unique_ptr<SimWorld> world(new SimWorld());
   world->config_ = config;

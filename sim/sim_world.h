@@ -7,7 +7,8 @@
 // non-blocking API and calls progress(rank), which runs the rank's real engine (CommCore, the
 // collective state machines, the mailbox) for whatever is ready and asks the loop to come back
 // at the rank's next timer. Configuration: EAGERCOMM_TRANSPORT=sim and no progress thread (the
-// loop drives every rank), plus what WorldOptions::config sets.
+// loop drives every rank), EAGERCOMM_PROBE_AFTER=60s above 64 ranks (sim_world.cc), plus what
+// WorldOptions::config sets.
 #pragma once
 
 #include <map>

@@ -244,10 +244,10 @@ Status CommCore::attach_stream(uint32_t stream, StreamHandler* handler) {
   return Status::Ok();
 }
 
-void CommCore::detach_stream(uint32_t stream) {
+void CommCore::detach_stream(uint32_t stream, std::string why) {
   engine_->run_exclusive([&] {
     streams_.erase(stream);
-    detached_streams_.push_back(stream);
+    detached_streams_.emplace_back(stream, std::move(why));
   });
 }
 

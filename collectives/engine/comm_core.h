@@ -21,6 +21,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/config.h"
@@ -128,14 +129,19 @@ class CommCore final : public ProgressSource {
   // get the same ids).
   uint32_t new_stream_id() { return next_stream_.fetch_add(1, std::memory_order_relaxed); }
   // Any thread: attaches `handler` to `stream` (messages that arrived for it before are handed
-  // over now) / detaches it (later messages of the stream are dropped). Take the driver token.
+  // over now) / detaches it (later messages of the stream are dropped; a peer that lent this
+  // rank buffers for one of its operations is told `why` it never runs). Take the driver token.
   Status attach_stream(uint32_t stream, StreamHandler* handler);
-  void detach_stream(uint32_t stream);
+  void detach_stream(uint32_t stream, std::string why);
   // Driver only, for handlers:
   // Starts an operation whose key the handler set; messages that arrived for it are replayed.
   void start_stream_op(std::shared_ptr<Op> op);
-  // Fails an operation the handler started.
-  void fail_op(Op* op, const Status& status, TellPeers tell) { fail(op, status, tell); }
+  // Fails an operation the handler started, unless it failed already: failing it again would
+  // wait anew for the peers that confirmed they stopped using its buffers (a closed notice
+  // relayed after the closer's own error left a rank waiting until its destroy gave up).
+  void fail_op(Op* op, const Status& status, TellPeers tell) {
+    if (is_active(op)) fail(op, status, tell);
+  }
   // Sends a header-only message (queued while `peer` has no free slot).
   void send_header(int peer, const MsgHeader& h);
   // The same with a short text as payload (truncated to the slot).
@@ -144,8 +150,16 @@ class CommCore final : public ProgressSource {
   void redispatch(InMessage* m) { dispatch(m); }
   void release(InMessage* m) { mailbox_->release(m); }
   // Releases a message of an operation that will never run here, first telling a peer that
-  // lent this rank its buffers for it (a direct operation's step 0) that they are free.
-  void refuse(InMessage* m, const MsgHeader& h);
+  // lent this rank its buffers for it (a direct operation's step 0) that they are free, and
+  // `why` the operation does not run.
+  void refuse(InMessage* m, const MsgHeader& h, std::string_view why);
+  // A stream's closed notice (kStreamClosed) from rank h.step, with its cause: sent down a
+  // binomial tree rooted there (this rank's children in it), and relayed by every rank that
+  // takes it in, whatever its own stream's state. Every rank hears once, after at most
+  // ceil(log2 P) hops, and a rank's inbox takes such notices from at most log2 P senders
+  // (its possible parents) instead of all P - 1: a collective teardown at P = 4096 touched a
+  // control slot of every pair of ranks (64 GiB in the simulation).
+  void send_stream_closed(const MsgHeader& h, std::string_view cause);
 
   // ProgressSource.
   int progress() override;
@@ -251,8 +265,8 @@ class CommCore final : public ProgressSource {
 
   std::atomic<uint32_t> next_stream_{1};
   std::map<uint32_t, StreamHandler*> streams_;
-  std::map<uint32_t, std::vector<InMessage*>> stream_unexpected_;  // before attach
-  std::vector<uint32_t> detached_streams_;
+  std::map<uint32_t, std::vector<InMessage*>> stream_unexpected_;   // before attach
+  std::vector<std::pair<uint32_t, std::string>> detached_streams_;  // and why they stopped
 };
 
 }  // namespace eagercomm::detail

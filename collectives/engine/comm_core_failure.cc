@@ -229,9 +229,9 @@ void CommCore::drain_lent_buffers() {
   }
   if (!draining_.empty()) {
     EC_WARN(kColl,
-            "destroyed with %zu collectives whose peers did not confirm they "
+            "destroyed with %zu collectives whose peers (ranks %s) did not confirm they "
             "stopped using this rank's buffers",
-            draining_.size());
+            draining_.size(), draining_.pending_ranks().c_str());
     draining_.abandon_all([this](Op* op, const Status& status) { complete_op(op, status); });
   }
 }

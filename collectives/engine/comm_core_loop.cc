@@ -11,20 +11,6 @@
 #include "runtime/clock.h"
 
 namespace eagercomm::detail {
-namespace {
-
-// Signature probes. A mismatch is found where a message of one call reaches a rank running
-// another (dispatch compares signatures), but mismatched calls can also wait on each other
-// without any message crossing: a small allreduce waits in the boxes and sends nothing, a
-// broadcast's non-root waits for its parent, recursive doubling's first step waits for a
-// partner that runs a broadcast. So a plain collective that has waited kProbeAfter (only while
-// its driver idles: no clock is read on the fast path) sends its signature to every peer, once;
-// a peer running the same call with another signature fails it there and tells everyone, and a
-// peer that has not begun it compares when it does. A call that merely waits for a slow peer
-// pays P-1 small messages, once.
-constexpr std::chrono::milliseconds kProbeAfter(50);
-
-}  // namespace
 
 int CommCore::progress() {
   int events = 0;
@@ -83,16 +69,26 @@ int CommCore::progress() {
   return events;
 }
 
+// Signature probes. A mismatch is found where a message of one call reaches a rank running
+// another (dispatch compares signatures), but mismatched calls can also wait on each other
+// without any message crossing: a small allreduce waits in the boxes and sends nothing, a
+// broadcast's non-root waits for its parent, recursive doubling's first step waits for a
+// partner that runs a broadcast. So a plain collective that has waited EAGERCOMM_PROBE_AFTER (only
+// while its driver idles: no clock is read on the fast path) sends its signature to every peer,
+// once; a peer running the same call with another signature fails it there and tells everyone, and
+// a peer that has not begun it compares when it does. A call that merely waits for a slow peer pays
+// P-1 small messages, once.
 std::chrono::nanoseconds CommCore::send_due_probes() {
   auto next = std::chrono::nanoseconds::max();
-  if (size_ < 2) return next;
+  const std::chrono::nanoseconds probe_after = config_.probe_after;
+  if (size_ < 2 || probe_after == std::chrono::nanoseconds::zero()) return next;
   const auto now = RuntimeClock::now();
   for (Op* op : active_) {
     // Streams wait by design; a small-box allreduce is probed by its mismatched peers, and
     // compares signatures in the boxes with matching ones (its probes would only take slots).
     if (op->probe_next >= size_ || key_stream(op->key()) != 0 || op->uses_small_boxes()) continue;
     if (op->waiting_since == std::chrono::steady_clock::time_point{}) op->waiting_since = now;
-    const auto due = op->waiting_since + kProbeAfter;
+    const auto due = op->waiting_since + probe_after;
     if (now < due) {
       next = std::min<std::chrono::nanoseconds>(next, due - now);
       continue;
@@ -111,7 +107,7 @@ std::chrono::nanoseconds CommCore::send_due_probes() {
       notices_.push(peer, h);
       send_outgoing();
     }
-    if (op->probe_next < size_) next = std::min<std::chrono::nanoseconds>(next, kProbeAfter / 10);
+    if (op->probe_next < size_) next = std::min<std::chrono::nanoseconds>(next, probe_after / 10);
   }
   return next;
 }
@@ -240,6 +236,14 @@ void CommCore::handle(const TransportCompletion& c, int* events) {
     case MailboxEvent::Kind::kNone:
       break;
     case MailboxEvent::Kind::kMessage:
+      if (const MsgHeader h = read_header(*ev.message);
+          static_cast<MsgKind>(h.kind) == MsgKind::kStreamClosed) {
+        // Relayed here, on arrival, not in dispatch: messages are dispatched again later
+        // (replayed when their stream attaches or their operation starts).
+        const InMessage& m = *ev.message;
+        send_stream_closed(h, std::string_view(reinterpret_cast<const char*>(m.payload),
+                                               std::min<size_t>(m.payload_bytes, 1024)));
+      }
       dispatch(ev.message);
       break;
     case MailboxEvent::Kind::kControl:
@@ -301,9 +305,10 @@ void CommCore::dispatch(InMessage* m) {
       auto handler = streams_.find(stream);
       if (handler != streams_.end()) {
         handler->second->on_message(m, h);
-      } else if (std::find(detached_streams_.begin(), detached_streams_.end(), stream) !=
-                 detached_streams_.end()) {
-        refuse(m, h);  // the stream's object is gone: its rounds never run here
+      } else if (auto gone = std::find_if(detached_streams_.begin(), detached_streams_.end(),
+                                          [&](const auto& d) { return d.first == stream; });
+                 gone != detached_streams_.end()) {
+        refuse(m, h, gone->second);  // the stream's object is gone: its rounds never run here
       } else {
         ++stats_.unexpected_messages;
         stream_unexpected_[stream].push_back(m);
@@ -359,15 +364,17 @@ void CommCore::dispatch(InMessage* m) {
   }
 }
 
-void CommCore::refuse(InMessage* m, const MsgHeader& h) {
+void CommCore::refuse(InMessage* m, const MsgHeader& h, std::string_view why) {
   // A peer that lent this rank its buffers (step 0 of a direct operation) waits, when its own
-  // operation fails, until this rank says it will not touch them: say so now.
+  // operation fails, until this rank says it will not touch them: say so now, and why (this
+  // may be the first the peer hears of the cause, which its error should name).
   if (static_cast<MsgKind>(h.kind) == MsgKind::kData && h.step == 0 &&
       h.sig.reserved == static_cast<uint8_t>(Algo::kDirect)) {
     MsgHeader reply = h;
     reply.kind = static_cast<uint32_t>(MsgKind::kOpError);
     reply.a = static_cast<uint32_t>(StatusCode::kPeerFailed);
-    send_header(m->peer, reply);
+    send_text(m->peer, reply,
+              "rank " + std::to_string(rank_) + " does not run this round: " + std::string(why));
   }
   mailbox_->release(m);
 }
@@ -406,6 +413,17 @@ void CommCore::retire(Op* op) {
 void CommCore::send_header(int peer, const MsgHeader& h) {
   notices_.push(peer, h);
   send_outgoing();
+}
+
+void CommCore::send_stream_closed(const MsgHeader& h, std::string_view cause) {
+  if (h.step >= static_cast<uint32_t>(size_)) return;  // not relayed; the stream names the sender
+  // Relative to the origin, rank d's children are d + 2^i for every 2^i below d's lowest set
+  // bit (the origin, d = 0: every 2^i < P); each rank has exactly one parent.
+  const int d = (rank_ - static_cast<int>(h.step) + size_) % size_;
+  const int below = d == 0 ? size_ : (d & -d);
+  for (int i = 1; i < below && d + i < size_; i *= 2) {
+    send_text((rank_ + i) % size_, h, std::string(cause));
+  }
 }
 
 void CommCore::send_text(int peer, const MsgHeader& h, std::string text) {

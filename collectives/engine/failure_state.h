@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -59,6 +61,14 @@ class DrainingOps {
       it = ops_.erase(it);
       done(op, status);
     }
+  }
+  // The peers still waited for, in rank order without repeats ("3, 5").
+  std::string pending_ranks() const {
+    std::set<int> ranks;
+    for (const auto& [key, e] : ops_) ranks.insert(e.pending.begin(), e.pending.end());
+    std::string text;
+    for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+    return text;
   }
   // Gives up waiting: `done(op, status)` for every operation still here, which leave the set.
   template <typename Done>

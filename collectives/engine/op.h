@@ -66,7 +66,7 @@ enum class MsgKind : uint32_t {
   kOpError = 4,   // the sender failed this operation; payload: the reason (text)
   kActivate = 6,  // partial allreduce: round `a` is active (flooded)
   kArrive = 7,    // partial allreduce: the sender posted fresh for round `a` (to its coordinator)
-  kStreamClosed = 8,  // partial allreduce: the sender will not finish rounds from `a` on
+  kStreamClosed = 8,  // partial allreduce: rank `step` will not finish rounds from `a` on
   kFlushing = 9,      // partial allreduce: the sender is in flush number `a` and posts no more
   kProbe = 10,        // the sender has waited in this collective: compare signatures (comm_core.cc)
 };

@@ -60,7 +60,7 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
 
 PartialStream::~PartialStream() {
   for (auto& [round, messages] : stashed_) {
-    for (InMessage* m : messages) core_.refuse(m, read_header(*m));
+    for (InMessage* m : messages) core_.refuse(m, read_header(*m), broken_why_.message());
   }
 }
 
@@ -97,18 +97,20 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
       }
       return;
     case MsgKind::kStreamClosed: {
-      // The notice carries why the peer stopped (another rank's death, say): that is the cause
-      // this rank's error should name, not the messenger.
+      // The notice carries why its origin stopped (another rank's death, say): that is the
+      // cause this rank's error should name, not the messenger. It came down a tree
+      // (CommCore::send_stream_closed): `peer` relayed it, `step` closed.
       const std::string cause(reinterpret_cast<const char*>(m->payload),
                               std::min<size_t>(m->payload_bytes, 1024));
       core_.release(m);
-      peer_closed_[peer] = true;
+      const int origin = h.step < static_cast<uint32_t>(P_) ? static_cast<int>(h.step) : peer;
+      peer_closed_[origin] = true;
       break_from(
           h.a,
           make_status(StatusCode::kPeerFailed,
                       "partial allreduce: rank %d stopped taking part before round "
                       "%llu (%s)%s",
-                      peer, static_cast<unsigned long long>(h.a),
+                      origin, static_cast<unsigned long long>(h.a),
                       cause.empty() ? "it destroyed the object or its communicator" : cause.c_str(),
                       core_.silent_report().c_str()),
           h.b);
@@ -120,7 +122,7 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
   // Data (or a failure notice) of a round whose operation is not running here.
   const uint64_t round = round_of(h.key);
   if (closed_ || round >= broken_from_) {
-    core_.refuse(m, h);
+    core_.refuse(m, h, broken_why_.message());
     return;
   }
   auto it = rounds_.find(round);
@@ -455,7 +457,7 @@ void PartialStream::break_from(uint64_t round, const Status& why, uint64_t spare
     if (r.data_op) core_.fail_op(r.data_op, why, TellPeers::kNo);
   }
   for (auto it = stashed_.lower_bound(round); it != stashed_.end(); it = stashed_.erase(it)) {
-    for (InMessage* m : it->second) core_.refuse(m, read_header(*m));
+    for (InMessage* m : it->second) core_.refuse(m, read_header(*m), why.message());
   }
   deliver();
 }
@@ -482,13 +484,12 @@ void PartialStream::close(const Status& why) {
   h.key = make_key(shared_->stream, 2 * from);
   h.sig = data_sig_;
   h.kind = static_cast<uint32_t>(MsgKind::kStreamClosed);
+  h.step = static_cast<uint32_t>(r_);
   h.a = from;
   h.b = shared_->flushes_joined.load(std::memory_order_acquire);
   const bool broken = broken_from_ != std::numeric_limits<uint64_t>::max();
   const Status& cause = broken ? broken_why_ : why;
-  for (int peer = 0; peer < P_; ++peer) {
-    if (peer != r_) core_.send_text(peer, h, cause.message());
-  }
+  core_.send_stream_closed(h, cause.message());
   arrivals_.clear();
   break_from(from, why);
 }

@@ -61,6 +61,8 @@ class PartialStream final : public StreamHandler {
 
   // This rank stops: rounds not finished here fail, peers learn from which round on. Idempotent.
   void close(const Status& why);
+  // Why rounds fail here (after close(): its cause, or the earlier failure that came first).
+  const Status& failure() const { return broken_why_; }
 
  private:
   struct Round {

@@ -254,12 +254,14 @@ TEST(PartialAllreduce, WorksWithoutAProgressThread) {
   }
 }
 
-// Rank 0 destroys its object while the others' rounds are in flight: every other rank fails
-// with kPeerFailed naming it, never a timeout. Over inproc the rounds run the direct algorithm,
-// whose failed rounds wait for the peers they lent buffers to; the closed notice of rank 0 (same
-// key as such a round) must still reach the stream, and a peer whose object is gone must still
-// answer a lender (both were lost once: a rank waited 30 s for its round, about one world in 700).
-void destroy_while_in_flight(int P, int worlds) {
+// Rank `leaver` destroys its object while the others' rounds are in flight: every other rank
+// fails with kPeerFailed naming it, never a timeout. Its closed notice travels down a binomial
+// tree rooted at it (CommCore::send_stream_closed), relayed by ranks whatever their own state: a
+// rank the tree missed would wait 30 s. Over inproc the rounds run the direct algorithm, whose
+// failed rounds wait for the peers they lent buffers to; the closed notice (same key as such a
+// round) must still reach the stream, and a peer whose object is gone must still answer a
+// lender (both were lost once: a rank waited 30 s for its round, about one world in 700).
+void destroy_while_in_flight(int P, int leaver, int worlds) {
   for (int world = 0; world < worlds; ++world) {
     auto w = World::make(P, test_config());
     std::vector<Status> st(P);
@@ -269,7 +271,7 @@ void destroy_while_in_flight(int P, int worlds) {
       std::unique_ptr<PartialAllreduce> pa = std::move(made).value();
       std::vector<float> g(1 << 16, 1.0f);
       for (int i = 0;; ++i) {
-        if (r == 0 && i == 5 + world % 5) {
+        if (r == leaver && i == 5 + world % 5) {
           pa.reset();  // destroyed mid-stream, rounds in flight
           return;
         }
@@ -286,22 +288,27 @@ void destroy_while_in_flight(int P, int worlds) {
         if (i > 10000) return;
       }
     });
-    for (int r = 1; r < P; ++r) {
+    const std::string named = "rank " + std::to_string(leaver) + " ";
+    for (int r = 0; r < P; ++r) {
+      if (r == leaver) continue;
       ASSERT_EQ(st[r].code(), StatusCode::kPeerFailed)
           << "P=" << P << " world " << world << " rank " << r << ": " << st[r].to_string();
-      EXPECT_NE(st[r].message().find("rank 0"), std::string::npos) << st[r].message();
+      EXPECT_NE(st[r].message().find(named), std::string::npos) << st[r].message();
     }
   }
 }
 
 TEST(PartialAllreduce, DestroyWhileRoundsAreInFlightIsCleanEverywhere) {
-  destroy_while_in_flight(4, 5);
+  destroy_while_in_flight(4, 0, 5);
+  // Trees rooted elsewhere, P not a power of two: relays wrap around rank P - 1.
+  destroy_while_in_flight(7, 5, 3);
+  destroy_while_in_flight(13, 6, 2);
 }
 
 TEST(PartialAllreduce, DestroyWhileRoundsAreInFlightManyTimes) {
   // Many worlds: the interleavings that once lost a closed notice are rare.
-  destroy_while_in_flight(4, std::string(EAGERCOMM_SANITIZER).empty() ? 400 : 60);
-  destroy_while_in_flight(7, std::string(EAGERCOMM_SANITIZER).empty() ? 100 : 20);
+  destroy_while_in_flight(4, 0, std::string(EAGERCOMM_SANITIZER).empty() ? 400 : 60);
+  destroy_while_in_flight(7, 3, std::string(EAGERCOMM_SANITIZER).empty() ? 100 : 20);
 }
 
 // A rank whose flush() returned may destroy its object at once: peers still inside their flush

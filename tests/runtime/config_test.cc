@@ -71,6 +71,7 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_BCAST_ALGO", "auto"},
       {"EAGERCOMM_CHAIN_MIN_BYTES", "256KiB"},
       {"EAGERCOMM_DIRECT", "1"},
+      {"EAGERCOMM_PROBE_AFTER", "50ms"},
       {"EAGERCOMM_IB_HCA", ""},
       {"EAGERCOMM_IB_PORT", "0"},
       {"EAGERCOMM_IB_GID_INDEX", "auto"},
@@ -130,6 +131,7 @@ TEST(ConfigTable, AcceptedTexts) {
   EXPECT_EQ(accepted["EAGERCOMM_SPIN"], "duration (0..1s)");
   EXPECT_EQ(accepted["EAGERCOMM_TIMEOUT"], "duration");
   EXPECT_EQ(accepted["EAGERCOMM_HEARTBEAT"], "duration (0..60s)");
+  EXPECT_EQ(accepted["EAGERCOMM_PROBE_AFTER"], "duration (0..3600s)");
   EXPECT_EQ(accepted["EAGERCOMM_SLOTS"], "integer (2..64)");
   EXPECT_NE(
       accepted["EAGERCOMM_LOG_SUBSYS"].find("init,net,coll,partial,sgd,mem,engine,boot,bench"),
@@ -247,6 +249,8 @@ TEST(ConfigLoad, DurationsWithRange) {
   EXPECT_EQ(load_ok({{"EAGERCOMM_SPIN", "500ns"}}).spin, nanoseconds(500));
   EXPECT_EQ(load_ok({{"EAGERCOMM_HEARTBEAT", "0"}}).heartbeat, nanoseconds(0));
   EXPECT_EQ(load_ok({{"EAGERCOMM_HEARTBEAT", "250ms"}}).heartbeat, milliseconds(250));
+  EXPECT_EQ(load_ok({{"EAGERCOMM_PROBE_AFTER", "0"}}).probe_after, nanoseconds(0));
+  EXPECT_EQ(load_ok({{"EAGERCOMM_PROBE_AFTER", "2s"}}).probe_after, seconds(2));
   EXPECT_NE(load_error("EAGERCOMM_HEARTBEAT", "2m").find("EAGERCOMM_HEARTBEAT='2m'"),
             std::string::npos);
 
