@@ -215,7 +215,6 @@ int partial_table(const PartialTable& t, const std::vector<int>& ranks,
   return 0;
 }
 
-constexpr uint64_t kPage = 4096;
 const std::vector<uint64_t> kCollectiveSizes{8, 1024, 64 * 1024, 1 << 20};
 const std::vector<uint64_t> kPartialSizes{4096};
 
@@ -247,7 +246,8 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
       const bool elides = bytes > t.elide;
       if (!world || elides != world_elides) {
         world.reset();
-        world = make_world(P, model, t.trace, elides ? kPage : UINT64_MAX, config);
+        world = make_world(P, model, t.trace, elides ? SimNetwork::kElidedKeepBytes : UINT64_MAX,
+                           config);
         world_elides = elides;
       }
       if (!world) return 1;

@@ -136,12 +136,8 @@ class CommCore final : public ProgressSource {
   // Driver only, for handlers:
   // Starts an operation whose key the handler set; messages that arrived for it are replayed.
   void start_stream_op(std::shared_ptr<Op> op);
-  // Fails an operation the handler started, unless it failed already: failing it again would
-  // wait anew for the peers that confirmed they stopped using its buffers (a closed notice
-  // relayed after the closer's own error left a rank waiting until its destroy gave up).
-  void fail_op(Op* op, const Status& status, TellPeers tell) {
-    if (is_active(op)) fail(op, status, tell);
-  }
+  // Fails an operation the handler started (nothing if it failed already).
+  void fail_op(Op* op, const Status& status, TellPeers tell) { fail(op, status, tell); }
   // Sends a header-only message (queued while `peer` has no free slot).
   void send_header(int peer, const MsgHeader& h);
   // The same with a short text as payload (truncated to the slot).
@@ -157,8 +153,9 @@ class CommCore final : public ProgressSource {
   // binomial tree rooted there (this rank's children in it), and relayed by every rank that
   // takes it in, whatever its own stream's state. Every rank hears once, after at most
   // ceil(log2 P) hops, and a rank's inbox takes such notices from at most log2 P senders
-  // (its possible parents) instead of all P - 1: a collective teardown at P = 4096 touched a
-  // control slot of every pair of ranks (64 GiB in the simulation).
+  // (its possible parents) instead of all P - 1, whose notices in a collective teardown touch a
+  // control slot of every pair of ranks (1.8 GB at P = 512 in the simulation; P^2 x 4 KiB,
+  // 64 GiB, at P = 4096).
   void send_stream_closed(const MsgHeader& h, std::string_view cause);
 
   // ProgressSource.
@@ -187,14 +184,16 @@ class CommCore final : public ProgressSource {
   void begin(Op* op);
   void activate(Op* op);
   void handle(const TransportCompletion& c, int* events);
-  void dispatch(InMessage* m);
+  void dispatch(InMessage* m) { dispatch(m, read_header(*m)); }
+  void dispatch(InMessage* m, const MsgHeader& h);
   void on_peer_exit(int peer, uint32_t low_seq);
   void on_control(int peer, uint32_t control);
   // `peer` takes part in no collective from sequence `from` on (0: none at all) nor in any
   // stream; operations that need it fail with kPeerFailed and `why`.
   void mark_gone(int peer, int64_t from, const Status& why);
 
-  // Fails `op`; with TellPeers::kYes, every other rank fails it too with `status`'s message.
+  // Fails `op` unless it is no longer active; with TellPeers::kYes, every other rank fails it
+  // too with `status`'s message.
   // `stopped_peer` (if any) is known to have stopped using this rank's buffers already.
   void fail(Op* op, const Status& status, TellPeers tell, int stopped_peer = -1);
   // Whether `op` is still in flight (a copy of active_ can hold operations that failing an

@@ -11,6 +11,11 @@
 namespace eagercomm::detail {
 
 void CommCore::fail(Op* op, const Status& status, TellPeers tell, int stopped_peer) {
+  // Once only: failing an operation that failed already (it drains, or has completed) would
+  // wait anew for peers that confirmed they stopped using its buffers, which never confirm
+  // again (a stream's closed notice relayed after the closer's own error did that: 10 s per
+  // destroy).
+  if (!is_active(op)) return;
   const bool tell_peers = tell == TellPeers::kYes;
   // Peers that hold this rank's buffers (direct allreduce) must hear that it stopped, and this
   // rank must not report the failure before they stopped too: the caller may free its buffers
@@ -75,8 +80,7 @@ void CommCore::mark_gone(int peer, int64_t from, const Status& why) {
       doomed.push_back(op);
     }
   }
-  for (Op* op : doomed) {
-    if (!is_active(op)) continue;  // failing a stream's operation can end its others
+  for (Op* op : doomed) {  // fail() skips those that failing an earlier one ended
     fail(op, key_stream(op->key()) == 0 ? gone_.status_for(key_seq(op->key())) : why,
          TellPeers::kNo);
   }
@@ -170,7 +174,6 @@ void CommCore::destroy() {
     }
     std::vector<Op*> doomed = active_;
     for (Op* op : doomed) {
-      if (!is_active(op)) continue;
       fail(op,
            make_status(StatusCode::kAborted, "%s while %s %s was in flight", closed_text_.c_str(),
                        describe(op->sig()).c_str(), seq_text(key_seq(op->key())).c_str()),

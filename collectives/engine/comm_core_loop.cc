@@ -235,17 +235,18 @@ void CommCore::handle(const TransportCompletion& c, int* events) {
   switch (ev.kind) {
     case MailboxEvent::Kind::kNone:
       break;
-    case MailboxEvent::Kind::kMessage:
-      if (const MsgHeader h = read_header(*ev.message);
-          static_cast<MsgKind>(h.kind) == MsgKind::kStreamClosed) {
+    case MailboxEvent::Kind::kMessage: {
+      const MsgHeader h = read_header(*ev.message);
+      if (static_cast<MsgKind>(h.kind) == MsgKind::kStreamClosed) {
         // Relayed here, on arrival, not in dispatch: messages are dispatched again later
         // (replayed when their stream attaches or their operation starts).
         const InMessage& m = *ev.message;
         send_stream_closed(h, std::string_view(reinterpret_cast<const char*>(m.payload),
                                                std::min<size_t>(m.payload_bytes, 1024)));
       }
-      dispatch(ev.message);
+      dispatch(ev.message, h);
       break;
+    }
     case MailboxEvent::Kind::kControl:
       on_control(ev.peer, ev.control);
       break;
@@ -262,17 +263,14 @@ void CommCore::handle(const TransportCompletion& c, int* events) {
         mark_gone(ev.peer, 0, ev.error);
       } else {
         std::vector<Op*> doomed = active_;
-        for (Op* op : doomed) {
-          if (is_active(op)) fail(op, ev.error, TellPeers::kNo);
-        }
+        for (Op* op : doomed) fail(op, ev.error, TellPeers::kNo);
       }
       break;
     }
   }
 }
 
-void CommCore::dispatch(InMessage* m) {
-  const MsgHeader h = read_header(*m);
+void CommCore::dispatch(InMessage* m, const MsgHeader& h) {
   const auto kind = static_cast<MsgKind>(h.kind);
   auto op_error_status = [&] {
     const size_t n = std::min<size_t>(m->payload_bytes, 4096);

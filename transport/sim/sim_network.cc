@@ -12,10 +12,6 @@ std::atomic<SimNetwork*> g_installed{nullptr};
 
 int64_t ns(double v) { return static_cast<int64_t>(std::llround(v)); }
 
-// What an elided write still delivers: its first page, where the mailbox's slot header and the
-// collective's message header are (a slot's payload follows them).
-constexpr size_t kElidedKeepBytes = 4096;
-
 }  // namespace
 
 SimNetwork::SimNetwork(int size, const LogGP& model, uint64_t elide_bytes)

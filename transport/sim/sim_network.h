@@ -67,6 +67,9 @@ class SimNetwork final : public VirtualClock {
   int size() const { return size_; }
   const LogGP& model() const { return model_; }
   uint64_t elide_bytes() const { return elide_bytes_; }
+  // What an elided write still delivers: its first page, where the mailbox's slot header and
+  // the collective's message header are (a slot's payload follows them).
+  static constexpr size_t kElidedKeepBytes = 4096;
   // Virtual nanoseconds since the network was made.
   int64_t now_ns() const { return now_ns_; }
   std::chrono::steady_clock::time_point now() const override {
