@@ -80,7 +80,10 @@ void CommCore::mark_gone(int peer, int64_t from, const Status& why) {
       doomed.push_back(op);
     }
   }
-  for (Op* op : doomed) {  // fail() skips those that failing an earlier one ended
+  for (Op* op : doomed) {
+    // Failing a stream's operation can end its others: those are gone (their arguments below
+    // would read freed memory before fail() could skip them).
+    if (!is_active(op)) continue;
     fail(op, key_stream(op->key()) == 0 ? gone_.status_for(key_seq(op->key())) : why,
          TellPeers::kNo);
   }
@@ -174,6 +177,7 @@ void CommCore::destroy() {
     }
     std::vector<Op*> doomed = active_;
     for (Op* op : doomed) {
+      if (!is_active(op)) continue;  // ended by an earlier one's failure (the text reads op)
       fail(op,
            make_status(StatusCode::kAborted, "%s while %s %s was in flight", closed_text_.c_str(),
                        describe(op->sig()).c_str(), seq_text(key_seq(op->key())).c_str()),
