@@ -117,7 +117,7 @@ namespace {
 detail::RankMeta meta_of(const void* data, size_t count, DataType type, int size, int rank) {
   if (data == nullptr) return {};
   const void* tail = static_cast<const uint8_t*>(data) + count * dtype_size(type);
-  return detail::read_rank_meta(tail, type, size, rank);
+  return detail::read_rank_meta(tail, type, size, rank, false);
 }
 }  // namespace
 
@@ -183,7 +183,8 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   shared->count = count;
   shared->type = type;
   shared->bytes = count * dtype_size(type);
-  shared->tail_bytes = detail::meta_elements(type, P) * dtype_size(type);
+  shared->meta_compute = mode.kind == PartialKind::kAdaptive;
+  shared->tail_bytes = detail::meta_elements(type, P, shared->meta_compute) * dtype_size(type);
   shared->mode = mode;
   shared->options = options;
   shared->core = core;

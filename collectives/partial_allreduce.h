@@ -133,10 +133,12 @@ class RoundResult {
   // Ranks that contributed any data (fresh or carried).
   int contributors() const;
   // Age in rounds of `rank`'s oldest post in this round (0: fresh); -1 when it had no data.
+  // Kept to 65534 (a contribution enters the next round its rank takes part in, so ages stay
+  // near the result depth).
   int age(int rank) const;
   // The oldest carried gradient's age over all ranks (0 when everything was fresh or empty).
   int max_age() const;
-  // Posts `rank` folded into its contribution.
+  // Posts `rank` folded into its contribution (kept to 32767).
   int posts(int rank) const;
 
   // The sum of the contributions: count() elements of type().

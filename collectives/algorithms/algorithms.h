@@ -58,10 +58,11 @@ std::shared_ptr<Op> make_allreduce(OpSignature sig, const void* in, void* out);
 inline int rd_real_rank(int pn, int rem) { return pn < rem ? pn * 2 + 1 : pn + rem; }
 
 // Every peer that an algorithm run over the mailbox may send a payload to or receive one from,
-// sorted: the ring and chain neighbours (r +- 1), the trees, the dissemination barrier and the
-// activation flood (r +- 2^k, over every root and initiator) and the recursive-doubling
-// partners, folded pairs included. The relation is symmetric. Algorithms that talk to every
-// peer (direct allreduce, small boxes) do not go through the mailbox slots this decides.
+// sorted: the ring and chain neighbours (r +- 1), the trees and the dissemination barrier
+// (r +- 2^k, over every root) and the recursive-doubling partners, folded pairs included (the
+// activation flood sends headers only, which any peer's control slots take). The relation is
+// symmetric. Algorithms that talk to every peer (direct allreduce, small boxes) do not go through
+// the mailbox slots this decides.
 std::vector<int> data_partners(int rank, int size);
 
 // A protocol error about a message of `op` from `peer`.

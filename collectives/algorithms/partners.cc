@@ -10,7 +10,8 @@ namespace eagercomm::detail {
 std::vector<int> data_partners(int rank, int size) {
   std::vector<int> out;
   if (size < 2) return out;
-  // Ring, chain (d = 1); binomial trees from any root, dissemination barrier, activation flood.
+  // Ring, chain (d = 1); binomial trees from any root, dissemination barrier. (The activation
+  // flood's strides, j 4^i, carry headers only: control slots take them.)
   for (int d = 1; d < size; d *= 2) {
     out.push_back((rank + d) % size);
     out.push_back((rank - d + size) % size);

@@ -64,7 +64,7 @@ enum class MsgKind : uint32_t {
   kAck = 2,       // broadcast: the sender's subtree checked the signature
   kConfirm = 3,   // broadcast: every rank checked it
   kOpError = 4,   // the sender failed this operation; payload: the reason (text)
-  kActivate = 6,  // partial allreduce: round `a` is active (flooded)
+  kActivate = 6,  // partial allreduce: round `a` is active (flooded from rank `step`)
   kArrive = 7,    // partial allreduce: the sender posted fresh for round `a` (to its coordinator)
   kStreamClosed = 8,  // partial allreduce: rank `step` will not finish rounds from `a` on
   kFlushing = 9,      // partial allreduce: the sender is in flush number `a` and posts no more

@@ -7,9 +7,6 @@
 namespace eagercomm::detail {
 namespace {
 
-// Three 32-bit words per rank: age + 1; posts << 1 | fresh; compute_us << 6 | measured.
-constexpr int kWords = 3;
-
 // Bits of one digit: every integer below 2^bits is exact in the type.
 int digit_bits(DataType type) {
   switch (type) {
@@ -60,41 +57,44 @@ uint32_t load_word(DataType type, const void* tail, size_t first) {
   return w;
 }
 
-size_t slot(DataType type, int rank, int word) {
-  return (static_cast<size_t>(rank) * kWords + word) * static_cast<size_t>(digits(type));
+// Word `word` (0: the basic section, 1: the adaptive one) of `rank`: sections of one word per
+// rank, one after the other.
+size_t slot(DataType type, int size, int rank, int word) {
+  return (static_cast<size_t>(word) * static_cast<size_t>(size) + static_cast<size_t>(rank)) *
+         static_cast<size_t>(digits(type));
 }
 
 }  // namespace
 
-size_t meta_elements(DataType type, int size) {
-  return static_cast<size_t>(std::max(size, 0)) * kWords * static_cast<size_t>(digits(type));
+size_t meta_elements(DataType type, int size, bool compute) {
+  return static_cast<size_t>(std::max(size, 0)) * (compute ? 2 : 1) *
+         static_cast<size_t>(digits(type));
 }
 
-void write_rank_meta(void* tail, DataType type, int size, int rank, const RankMeta& meta) {
+void write_rank_meta(void* tail, DataType type, int size, int rank, const RankMeta& meta,
+                     bool compute) {
   if (rank < 0 || rank >= size) return;
-  // Clamped, not wrapped: an age or a count past 2^31 would be absurd, never a silent zero.
   const uint32_t age1 =
-      meta.age < 0
-          ? 0u
-          : static_cast<uint32_t>(std::min<int64_t>(int64_t{meta.age} + 1, int64_t{0x7fffffff}));
-  const uint32_t posts = static_cast<uint32_t>(std::clamp(meta.posts, 0, 0x7fffffff));
-  store_word(type, tail, slot(type, rank, 0), age1);
-  store_word(type, tail, slot(type, rank, 1), posts << 1 | (meta.fresh ? 1u : 0u));
-  const uint32_t compute = std::min(meta.compute_us, RankMeta::kMaxComputeUs);
+      meta.age < 0 ? 0u : static_cast<uint32_t>(std::min(meta.age, RankMeta::kMaxAge) + 1);
+  const uint32_t posts = static_cast<uint32_t>(std::clamp(meta.posts, 0, RankMeta::kMaxPosts));
+  store_word(type, tail, slot(type, size, rank, 0),
+             age1 << 16 | posts << 1 | (meta.fresh ? 1u : 0u));
+  if (!compute) return;
+  const uint32_t us = std::min(meta.compute_us, RankMeta::kMaxComputeUs);
   const uint32_t measured =
       static_cast<uint32_t>(std::clamp(meta.measured, 0, RankMeta::kMaxMeasured));
-  store_word(type, tail, slot(type, rank, 2), compute << 6 | measured);
+  store_word(type, tail, slot(type, size, rank, 1), us << 6 | measured);
 }
 
-RankMeta read_rank_meta(const void* tail, DataType type, int size, int rank) {
+RankMeta read_rank_meta(const void* tail, DataType type, int size, int rank, bool compute) {
   RankMeta m;
   if (rank < 0 || rank >= size || tail == nullptr) return m;
-  const uint32_t age1 = load_word(type, tail, slot(type, rank, 0));
-  const uint32_t w = load_word(type, tail, slot(type, rank, 1));
-  m.age = static_cast<int>(std::min<uint32_t>(age1, 0x7fffffffu)) - 1;
+  const uint32_t w = load_word(type, tail, slot(type, size, rank, 0));
+  m.age = static_cast<int>(w >> 16) - 1;
+  m.posts = static_cast<int>((w >> 1) & 0x7fffu);
   m.fresh = (w & 1u) != 0;
-  m.posts = static_cast<int>(w >> 1);
-  const uint32_t c = load_word(type, tail, slot(type, rank, 2));
+  if (!compute) return m;
+  const uint32_t c = load_word(type, tail, slot(type, size, rank, 1));
   m.compute_us = c >> 6;
   m.measured = static_cast<int>(c & 63u);
   return m;

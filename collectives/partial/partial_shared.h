@@ -76,8 +76,9 @@ struct PartialShared {
   int size = 1;
   size_t count = 0;
   DataType type = DataType::kFloat32;
-  size_t bytes = 0;       // count elements: what posts add and results show
-  size_t tail_bytes = 0;  // the round metadata after them (partial_meta.h)
+  size_t bytes = 0;           // count elements: what posts add and results show
+  size_t tail_bytes = 0;      // the round metadata after them (partial_meta.h)
+  bool meta_compute = false;  // the tail has the adaptive section (compute times)
   PartialMode mode;
   PartialOptions options;
   std::shared_ptr<CommCore> core;  // outlives every buffer (they are its transport's memory)

@@ -37,6 +37,7 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
       P_(shared_->size),
       r_(shared_->rank),
       boxes_(shared_->round_boxes.get()),
+      flood_order_(P_),
       peer_closed_(P_, false),
       flushing_(P_, 0) {
   if (shared_->mode.kind == PartialKind::kAdaptive) {
@@ -49,7 +50,7 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
   data_sig_.coll = static_cast<uint8_t>(CollKind::kAllreduce);
   data_sig_.dtype = static_cast<uint8_t>(shared_->type);
   data_sig_.redop = static_cast<uint8_t>(ReduceOp::kSum);
-  data_sig_.count = shared_->count + meta_elements(shared_->type, P_);
+  data_sig_.count = shared_->count + meta_elements(shared_->type, P_, shared_->meta_compute);
   // The communicator's small boxes are numbered by its collective stream's sequence: rounds use
   // the object's own, when it has them.
   data_sig_.reserved = boxes_ ? static_cast<uint8_t>(Algo::kSmall)
@@ -64,12 +65,13 @@ PartialStream::~PartialStream() {
   }
 }
 
-void PartialStream::send(int peer, MsgKind kind, uint64_t round) {
+void PartialStream::send(int peer, MsgKind kind, uint64_t round, int root) {
   MsgHeader h;
   h.key = make_key(shared_->stream, 2 * round);
   h.sig = data_sig_;
   h.kind = static_cast<uint32_t>(kind);
   h.a = round;
+  h.step = static_cast<uint32_t>(root);
   core_.send_header(peer, h);
 }
 
@@ -81,7 +83,7 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
       core_.release(m);
       if (h.a >= activated_ && h.a != heard_round_) {
         heard_round_ = h.a;
-        heard_stride_ = (r_ - peer + P_) % P_;
+        heard_root_ = h.step < static_cast<uint32_t>(P_) ? static_cast<int>(h.step) : peer;
       }
       if (!closed_) want(h.a + 1);
       return;
@@ -260,7 +262,7 @@ void PartialStream::trigger(uint64_t round) {
   // Its stores went out tentative: the peers that wait for the round to activate hear it here
   // (whoever enters then activates it for everybody by its own stores).
   for (int peer = 0; peer < P_; ++peer) {
-    if (peer != r_) send(peer, MsgKind::kActivate, round);
+    if (peer != r_) send(peer, MsgKind::kActivate, round, r_);
   }
 }
 
@@ -329,16 +331,12 @@ bool PartialStream::activate_next(bool activating) {
 
 void PartialStream::flood(uint64_t round) {
   if (boxes_) return;  // the round's contribution in a peer's box activates it there
-  int largest = 1;
-  while (largest * 2 < P_) largest *= 2;
-  // Tree order (header): the strides below the one this rank heard the round over, largest
-  // first; a rank that set the round off (or heard it from an earlier round's sender) has none.
-  const bool heard = round == heard_round_ && (heard_stride_ & (heard_stride_ - 1)) == 0;
-  const int below = heard ? heard_stride_ : 2 * largest;
-  for (int d = largest; d >= 1; d /= 2) {
-    if (d < below && d < P_) send((r_ + d) % P_, MsgKind::kActivate, round);
-  }
-  for (int d = below; d <= largest; d *= 2) send((r_ + d) % P_, MsgKind::kActivate, round);
+  // Tree order (flood_order.h), rooted at whoever set the round off as the first activation heard
+  // of it says, or at this rank (it set the round off, or heard of it only through a later one).
+  const int root = round == heard_round_ ? heard_root_ : r_;
+  FloodOrder::Strides strides;
+  const int n = flood_order_.strides((r_ - root + P_) % P_, &strides);
+  for (int i = 0; i < n; ++i) send((r_ + strides[i]) % P_, MsgKind::kActivate, round, root);
 }
 
 int PartialStream::start_taken() {
@@ -370,7 +368,7 @@ void PartialStream::start(uint64_t index, Round& round) {
   mine.posts = static_cast<int>(std::min<uint32_t>(buf.posts, INT32_MAX));
   mine.compute_us = static_cast<uint32_t>(std::min<uint64_t>(buf.compute_us, UINT32_MAX));
   mine.measured = static_cast<int>(std::min<uint32_t>(buf.measured, INT32_MAX));
-  write_rank_meta(tail, shared_->type, P_, r_, mine);
+  write_rank_meta(tail, shared_->type, P_, r_, mine, shared_->meta_compute);
   round.started = true;
 
   std::shared_ptr<Op> data = boxes_ ? make_round_allreduce(data_sig_, buf.data(), boxes_, index,
@@ -411,7 +409,7 @@ int PartialStream::deliver() {
     RoundRecord record{delivered_, round.buffer};
     if (regime_) {
       const void* tail = shared_->tail(round.buffer);
-      for (int p = 0; p < P_; ++p) metas_[p] = read_rank_meta(tail, shared_->type, P_, p);
+      for (int p = 0; p < P_; ++p) metas_[p] = read_rank_meta(tail, shared_->type, P_, p, true);
       regime_->observe(delivered_, metas_);
       if ((delivered_ + 1) % regime_->window() == 0) {
         EC_DEBUG(kPartial,

@@ -7,17 +7,15 @@
 // delivers results in round order. Called only by the engine's current driver.
 //
 // Activation travels as a flood: a rank that activates round r for any reason sends an
-// activation to ranks rank + 2^k (mod P) for every 2^k < P. Every activated rank forwards once,
-// so the activated set is closed under those edges and, from any initiator, reaches every rank
-// within ceil(log2 P) hops; several initiators of the same round are harmless (a rank enters a
-// round once). The sends go out in the order of a binomial tree rooted at whoever set the round
-// off: a rank that heard of it over stride 2^j first sends the strides below 2^j, largest first,
-// then the rest; an initiator starts at the largest. Each rank on the tree's paths then sends to
-// the next one first, so the last rank hears after ceil(log2 P) hops of L + 2o, not that plus
-// the o of up to log2 P - 1 sends queued ahead at every hop (issue 21: 22.6 us against 11.3 us at
-// P = 256 in the simulation, HDR). Rounds activate in order on every rank: hearing of round r
-// activates every earlier round not yet active (with whatever contribution is open, possibly
-// nothing).
+// activation to ranks rank + j 4^i (mod P), j = 1, 2, 3, for every such stride below P. Every
+// activated rank forwards once, so the activated set is closed under those edges and, from any
+// initiator, reaches every rank within ceil(log4 P) hops; several initiators of the same round
+// are harmless (a rank enters a round once). The sends go out in the order of a 4-nomial tree
+// rooted at whoever set the round off (flood_order.h): the last rank hears after ceil(log4 P)
+// hops of L + 2o and two o each (9.0 us at P = 1024 in the simulation, HDR; the binomial tree of
+// strides 2^k took 14.1 us, in rank order 22.6 us at P = 256). Rounds activate in order on every
+// rank: hearing of round r activates every earlier round not yet active (with whatever
+// contribution is open, possibly nothing).
 //
 // Rounds through boxes (PartialShared::round_boxes): a rank that starts round r stores its
 // contribution into every peer's box of r, marked activating or early. An activating store of
@@ -41,6 +39,7 @@
 #include "collectives/algorithms/algorithms.h"
 #include "collectives/engine/stream_handler.h"
 #include "collectives/partial/adaptive_regime.h"
+#include "collectives/partial/flood_order.h"
 #include "collectives/partial/partial_shared.h"
 
 namespace eagercomm::detail {
@@ -117,7 +116,8 @@ class PartialStream final : public StreamHandler {
   // Fails rounds from `round` on. `spares_flush` > 0: the cause is a peer that left after joining
   // flush exchanges up to that number (see PartialShared::failure_spares_flush).
   void break_from(uint64_t round, const Status& why, uint64_t spares_flush = 0);
-  void send(int peer, MsgKind kind, uint64_t round);
+  // `root`: an activation's tree root (flood()), in the header's step.
+  void send(int peer, MsgKind kind, uint64_t round, int root = 0);
 
   CommCore& core_;
   std::shared_ptr<PartialShared> shared_;
@@ -125,11 +125,13 @@ class PartialStream final : public StreamHandler {
   const int r_;
   OpSignature data_sig_;     // the round's allreduce: the data, then the metadata tail
   SmallBoxes* const boxes_;  // the object's round boxes, or null
+  const FloodOrder flood_order_;
   std::chrono::steady_clock::time_point due_ = std::chrono::steady_clock::time_point::max();
 
-  // The first activation heard of the latest round not yet entered, and its stride (flood()).
+  // The first activation heard of the latest round not yet entered, and the rank at the root of
+  // its tree (flood()).
   uint64_t heard_round_ = std::numeric_limits<uint64_t>::max();
-  int heard_stride_ = 0;
+  int heard_root_ = 0;
   uint64_t activated_ = 0;  // rounds entered here
   uint64_t want_ = 0;       // rounds that should be entered (back-pressure may hold them back)
   uint64_t early_ = 0;      // round boxes: rounds to enter early, on this rank's fresh posts

@@ -11,11 +11,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <queue>
 
 #include "collectives/kernels/element_value.h"
 #include "collectives/kernels/reduce_kernels.h"
 #include "collectives/partial/adaptive_regime.h"
+#include "collectives/partial/flood_order.h"
 #include "collectives/partial/partial_meta.h"
 #include "tests/collectives/partial_scenario.h"
 
@@ -324,6 +327,76 @@ TEST(PartialAllreduce, RoundsThroughBoxesWakeARankWhoseApplicationSleeps) {
   expect_conservation_and_replicas(s, rec, "sleeping rank");
 }
 
+// The activation flood's order (flood_order.h) in a LogP model: every rank forwards on every
+// stride once it has heard; a send costs the sender o, the hop L and the receiver o. From rank 0
+// (every rank's view is the same, relative), every rank hears within ceil(log4 P) hops of L + 4o
+// (two sends queued ahead at most), which stays inside issue 21's (log2 P + 1) L whenever
+// L >= 5o (the HDR preset's ratio). A binomial order of 2^k strides takes log2 P hops of L + 2o.
+double flood_last_hears(int P, double L, double o) {
+  detail::FloodOrder order(P);
+  std::vector<double> heard(static_cast<size_t>(P), -1.0);
+  using Arrival = std::pair<double, int>;
+  std::priority_queue<Arrival, std::vector<Arrival>, std::greater<>> arrivals;
+  arrivals.push({0.0, 0});
+  detail::FloodOrder::Strides strides;
+  const int every = order.strides(0, &strides);
+  double last = 0;
+  while (!arrivals.empty()) {
+    const auto [t, rank] = arrivals.top();
+    arrivals.pop();
+    if (heard[static_cast<size_t>(rank)] >= 0) continue;
+    heard[static_cast<size_t>(rank)] = t;
+    last = std::max(last, t);
+    const int n = order.strides(rank, &strides);
+    EXPECT_EQ(n, every);  // every stride, once
+    std::vector<int> sorted(strides.begin(), strides.begin() + n);
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end()) << "P=" << P;
+    for (int k = 0; k < n; ++k) {
+      EXPECT_GT(strides[k], 0);
+      EXPECT_LT(strides[k], P);
+      arrivals.push({t + k * o + o + L + o, (rank + strides[k]) % P});
+    }
+  }
+  for (int r = 0; r < P; ++r) {
+    EXPECT_GE(heard[static_cast<size_t>(r)], 0.0) << "P=" << P << " rank " << r;
+  }
+  return last;
+}
+
+TEST(FloodOrder, EveryRankHearsWithinLog4PHopsInsideTheIssuesBound) {
+  for (int P = 1; P <= 600; ++P) {
+    const detail::FloodOrder order(P);
+    int levels = 0;
+    for (long long n = 1; n < P; n *= 4) ++levels;
+    ASSERT_EQ(order.levels(), levels) << P;
+    detail::FloodOrder::Strides strides;
+    ASSERT_LE(order.strides(0, &strides), 3 * levels) << P;
+    for (const double o : {0.2, 0.5}) {
+      const double last = flood_last_hears(P, 1.0, o);
+      EXPECT_LE(last, levels * (1.0 + 4 * o) + 1e-9) << "P=" << P << " o=" << o;
+      if (o == 0.2) {
+        EXPECT_LE(last, std::ceil(std::log2(static_cast<double>(P))) + 1.0 + 1e-9) << P;
+      }
+    }
+  }
+  for (const int P : {1000, 1024, 4096, 5000}) {
+    EXPECT_LE(flood_last_hears(P, 1.0, 0.2), std::log2(static_cast<double>(P)) + 1.0) << P;
+  }
+  // The root sends every level, highest first; the rank at offset 4 (level 1) sends its
+  // children 5, 6, 7 first, then the rest; at offset 40 of 42, only 41 is a child.
+  const detail::FloodOrder order(64);
+  detail::FloodOrder::Strides s;
+  const auto order_at = [&](const detail::FloodOrder& o, int offset) {
+    const int n = o.strides(offset, &s);
+    return std::vector<int>(s.begin(), s.begin() + n);
+  };
+  EXPECT_EQ(order_at(order, 0), (std::vector<int>{16, 32, 48, 4, 8, 12, 1, 2, 3}));
+  EXPECT_EQ(order_at(order, 4), (std::vector<int>{1, 2, 3, 16, 32, 48, 4, 8, 12}));
+  EXPECT_EQ(order_at(order, 5), (std::vector<int>{16, 32, 48, 4, 8, 12, 1, 2, 3}));
+  EXPECT_EQ(order_at(detail::FloodOrder(42), 40), (std::vector<int>{1, 16, 32, 4, 8, 12, 2, 3}));
+}
+
 // The regime's arithmetic on made-up metadata: 4 ranks, windows of 8 rounds, solo from a
 // predicted 1.5x. compute(round, rank) is the rank's compute before its post in that round.
 std::vector<bool> regime_decisions(const std::function<uint32_t(uint64_t, int)>& compute,
@@ -514,47 +587,62 @@ TEST(PartialAllreduce, SyncModeIsAPlainAllreduceOfFreshGradients) {
 
 // The round metadata rides in the tail of the data allreduce (collectives/partial/partial_meta.h):
 // each rank writes only its own slots, the collective sums the tails, and every rank's values come
-// back unchanged, in every data type, including values beyond one digit.
+// back unchanged, in every data type, including values beyond one digit, with and without the
+// adaptive section; the tail takes one 32-bit word per rank, 8 bytes in every type (two with it).
 TEST(PartialMeta, EveryRanksValuesSurviveTheSumInEveryType) {
   for (DataType type : kAllDataTypes) {
-    for (int P : {1, 3, 13, 64}) {
-      const size_t n = detail::meta_elements(type, P);
-      const size_t bytes = n * dtype_size(type);
-      std::vector<uint8_t> sum(bytes, 0), one(bytes);
-      std::vector<detail::RankMeta> want(P);
-      std::mt19937_64 rng(static_cast<uint64_t>(P) * 7 + static_cast<uint64_t>(type));
-      for (int r = 0; r < P; ++r) {
-        detail::RankMeta& m = want[r];
-        const int pick = static_cast<int>(rng() % 4);
-        m.posts = pick == 0 ? 0 : pick == 1 ? 1 : pick == 2 ? 257 + r : 0x7fffffff - r;
-        m.age = m.posts == 0 ? -1 : pick == 3 ? 1'000'000'007 : static_cast<int>(rng() % 70000);
-        m.fresh = m.posts > 0 && (rng() & 1);
-        m.compute_us =
-            pick == 3 ? detail::RankMeta::kMaxComputeUs : static_cast<uint32_t>(rng() % 5'000'000);
-        m.measured = static_cast<int>(rng() % (detail::RankMeta::kMaxMeasured + 1));
-        std::fill(one.begin(), one.end(), uint8_t{0});
-        detail::write_rank_meta(one.data(), type, P, r, m);
-        reduce(type, ReduceOp::kSum, sum.data(), sum.data(), one.data(), n);
-      }
-      for (int r = 0; r < P; ++r) {
-        const detail::RankMeta got = detail::read_rank_meta(sum.data(), type, P, r);
-        ASSERT_EQ(got.posts, want[r].posts) << dtype_name(type) << " P=" << P << " rank " << r;
-        ASSERT_EQ(got.age, want[r].age) << dtype_name(type) << " P=" << P << " rank " << r;
-        ASSERT_EQ(got.fresh, want[r].fresh) << dtype_name(type) << " P=" << P << " rank " << r;
-        ASSERT_EQ(got.compute_us, want[r].compute_us) << dtype_name(type) << " P=" << P;
-        ASSERT_EQ(got.measured, want[r].measured) << dtype_name(type) << " P=" << P;
+    for (const bool compute : {false, true}) {
+      for (int P : {1, 3, 13, 64}) {
+        const size_t n = detail::meta_elements(type, P, compute);
+        const size_t bytes = n * dtype_size(type);
+        ASSERT_EQ(bytes, static_cast<size_t>(P) * (compute ? 16 : 8)) << dtype_name(type);
+        std::vector<uint8_t> sum(bytes, 0), one(bytes);
+        std::vector<detail::RankMeta> want(P);
+        std::mt19937_64 rng(static_cast<uint64_t>(P) * 7 + static_cast<uint64_t>(type));
+        for (int r = 0; r < P; ++r) {
+          detail::RankMeta& m = want[r];
+          const int pick = static_cast<int>(rng() % 4);
+          m.posts = pick == 0   ? 0
+                    : pick == 1 ? 1
+                    : pick == 2 ? 257 + r
+                                : detail::RankMeta::kMaxPosts - r;
+          m.age = m.posts == 0 ? -1
+                  : pick == 3  ? detail::RankMeta::kMaxAge
+                               : static_cast<int>(rng() % 60000);
+          m.fresh = m.posts > 0 && (rng() & 1);
+          m.compute_us = pick == 3 ? detail::RankMeta::kMaxComputeUs
+                                   : static_cast<uint32_t>(rng() % 5'000'000);
+          m.measured = static_cast<int>(rng() % (detail::RankMeta::kMaxMeasured + 1));
+          std::fill(one.begin(), one.end(), uint8_t{0});
+          detail::write_rank_meta(one.data(), type, P, r, m, compute);
+          reduce(type, ReduceOp::kSum, sum.data(), sum.data(), one.data(), n);
+        }
+        for (int r = 0; r < P; ++r) {
+          const detail::RankMeta got = detail::read_rank_meta(sum.data(), type, P, r, compute);
+          ASSERT_EQ(got.posts, want[r].posts) << dtype_name(type) << " P=" << P << " rank " << r;
+          ASSERT_EQ(got.age, want[r].age) << dtype_name(type) << " P=" << P << " rank " << r;
+          ASSERT_EQ(got.fresh, want[r].fresh) << dtype_name(type) << " P=" << P << " rank " << r;
+          ASSERT_EQ(got.compute_us, compute ? want[r].compute_us : 0u) << dtype_name(type);
+          ASSERT_EQ(got.measured, compute ? want[r].measured : 0) << dtype_name(type);
+        }
       }
     }
   }
   // Out of range: clamped, never wrapped to a small number.
-  std::vector<float> tail(detail::meta_elements(DataType::kFloat32, 1), 0.0f);
+  std::vector<float> tail(detail::meta_elements(DataType::kFloat32, 1, true), 0.0f);
   detail::write_rank_meta(tail.data(), DataType::kFloat32, 1, 0,
-                          {true, INT32_MAX, -5, UINT32_MAX, 1000});
-  const detail::RankMeta got = detail::read_rank_meta(tail.data(), DataType::kFloat32, 1, 0);
-  EXPECT_EQ(got.age, INT32_MAX - 1);
-  EXPECT_EQ(got.posts, 0);
+                          {true, INT32_MAX, INT32_MAX, UINT32_MAX, 1000}, true);
+  detail::RankMeta got = detail::read_rank_meta(tail.data(), DataType::kFloat32, 1, 0, true);
+  EXPECT_EQ(got.age, detail::RankMeta::kMaxAge);
+  EXPECT_EQ(got.posts, detail::RankMeta::kMaxPosts);
+  EXPECT_TRUE(got.fresh);
   EXPECT_EQ(got.compute_us, detail::RankMeta::kMaxComputeUs);
   EXPECT_EQ(got.measured, detail::RankMeta::kMaxMeasured);
+  std::fill(tail.begin(), tail.end(), 0.0f);
+  detail::write_rank_meta(tail.data(), DataType::kFloat32, 1, 0, {false, 3, -5, 0, 0}, false);
+  got = detail::read_rank_meta(tail.data(), DataType::kFloat32, 1, 0, false);
+  EXPECT_EQ(got.posts, 0);
+  EXPECT_EQ(got.age, 3);
 }
 
 // Every data type carries its metadata through real rounds: sync rounds report every rank fresh

@@ -64,7 +64,7 @@ TEST(PeerLayout, DataPartnersAreSymmetricAndCoverEveryMailboxAlgorithm) {
       for (int q : sets[r]) {
         ASSERT_EQ(sets[q].count(r), 1u) << "P=" << P << ": " << r << " -> " << q << " only";
       }
-      // Ring and chain neighbours, trees from every root, barrier and activation flood.
+      // Ring and chain neighbours, trees from every root, barrier.
       for (int d = 1; d < P; d *= 2) {
         EXPECT_EQ(sets[r].count((r + d) % P), 1u) << "P=" << P << " rank " << r << " +" << d;
         EXPECT_EQ(sets[r].count((r - d + P) % P), 1u) << "P=" << P << " rank " << r << " -" << d;

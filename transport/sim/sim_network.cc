@@ -57,6 +57,20 @@ void SimNetwork::schedule_run(int rank, int64_t at_ns) {
   push(e);
 }
 
+int64_t SimNetwork::book_rx(Rank& d, int64_t reach, int64_t wire) {
+  std::map<int64_t, int64_t>& busy = d.rx_busy;
+  while (!busy.empty() && busy.begin()->second <= now_ns_) busy.erase(busy.begin());
+  int64_t start = reach;
+  auto next = busy.upper_bound(start);
+  if (next != busy.begin() && std::prev(next)->second > start) start = std::prev(next)->second;
+  while (next != busy.end() && next->first < start + wire) {
+    start = std::max(start, next->second);
+    ++next;
+  }
+  if (wire > 0) busy.emplace(start, start + wire);
+  return start + wire;
+}
+
 void SimNetwork::busy(int rank, int64_t busy_ns) {
   Rank& r = ranks_[rank];
   r.cpu_free = std::max(r.cpu_free, now_ns_) + busy_ns;
@@ -118,9 +132,9 @@ Status SimNetwork::write(int src, int dst, const uint8_t* from, uint8_t* to, siz
   } else {
     const int64_t inject = std::max(cpu, s.tx_free);
     s.tx_free = inject + std::max(ns(model_.g_ns), wire);
-    // The receiver's link takes the bytes of one message after another.
-    arrive = std::max(inject + ns(model_.L_ns), d.rx_free) + wire;
-    d.rx_free = arrive;
+    // The receiver's link takes the bytes of one message after another, in the order they reach
+    // it, not the order their senders ran in (a rank's sends are all scheduled when it runs).
+    arrive = book_rx(d, inject + ns(model_.L_ns), wire);
   }
   if (perturb_.jitter_ns > 0) {
     arrive += static_cast<int64_t>(rng_() % static_cast<uint64_t>(perturb_.jitter_ns + 1));
@@ -294,6 +308,7 @@ bool SimNetwork::step(RankDriver& driver, int64_t until_ns) {
         // Taking a message in costs the receiver o, and its bytes the reduction (or copy) the
         // collectives do with them, before it can act on it.
         busy(e.rank, ns(model_.o_ns + model_.reduce_ns_per_byte * static_cast<double>(e.bytes)));
+        r.acts_at = std::min(r.acts_at, r.cpu_free);
         mark(e.rank);
         break;
       case Kind::kLocal:
@@ -318,15 +333,20 @@ bool SimNetwork::step(RankDriver& driver, int64_t until_ns) {
     Rank& r = ranks_[rank];
     r.runnable = false;
     if (r.dead) continue;
-    if (r.cpu_free > t) {
+    // Busy (computing, or taking in earlier messages): it gets to them once it has taken in the
+    // first, not once the CPU is idle: messages arriving every o or faster would otherwise hold
+    // it off as long as they keep coming (a rank waited 2.5 us for redundant activations with
+    // the one it needed taken in).
+    const int64_t ready = std::min(r.cpu_free, r.acts_at);
+    if (ready > t) {
       if (trace_) {
         std::fprintf(trace_, "%lld busy %d until %lld\n", static_cast<long long>(t), rank,
-                     static_cast<long long>(r.cpu_free));
+                     static_cast<long long>(ready));
       }
-      // Busy (computing, or taking in earlier messages): it gets to them once free.
-      wake_at(rank, r.cpu_free);
+      wake_at(rank, ready);
       continue;
     }
+    r.acts_at = INT64_MAX;
     driver.run(rank);
   }
   return true;

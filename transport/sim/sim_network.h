@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <queue>
@@ -174,8 +175,14 @@ class SimNetwork final : public VirtualClock {
   struct Rank {
     std::deque<TransportCompletion> completions;
     int64_t cpu_free = 0;  // its CPU is busy until then
-    int64_t tx_free = 0;   // its NIC sends the next message from then
-    int64_t rx_free = 0;   // its NIC has received everything sent to it until then
+    // When its CPU has taken in the first message that arrived since it last ran: it acts then,
+    // on every message that arrived by then (those taken in after it are charged before what
+    // it sends, and are seen again at its next turn).
+    int64_t acts_at = INT64_MAX;
+    int64_t tx_free = 0;  // its NIC sends the next message from then
+    // When its NIC takes in the bytes of messages already scheduled (start -> end, disjoint,
+    // none over before now): a message scheduled later may still arrive earlier, in a gap.
+    std::map<int64_t, int64_t> rx_busy;
     std::unordered_map<int, int64_t> last_arrival;  // per peer: its last message\'s arrival
     int64_t wake_at = INT64_MAX;                    // the earliest wake-up scheduled
     bool closed = false;
@@ -188,6 +195,9 @@ class SimNetwork final : public VirtualClock {
 
   void push(Event e);
   bool step(RankDriver& driver, int64_t until_ns);
+  // Books `wire` ns of `d`'s receiving link for bytes that reach it at `reach`: the first gap
+  // from then on. Returns when the last byte is in.
+  int64_t book_rx(Rank& d, int64_t reach, int64_t wire);
 
   const int size_;
   const LogGP model_;
