@@ -35,7 +35,7 @@ class CollectiveDriver final : public RankDriver {
       if (st.code() == StatusCode::kInProgress) return;
       me.in_op = false;
       if (!st.ok() && error_.ok()) error_ = st;
-      const double at = static_cast<double>(world_.network().now_ns() - start_ns_) / 1e3;
+      const double at = static_cast<double>(world_.network().reduced_by(rank) - start_ns_) / 1e3;
       call_end_us_[me.done] = std::max(call_end_us_[me.done], at);
       if (++me.done == run_.iters) ++finished_;
     }
@@ -133,8 +133,12 @@ Result<CollectiveResult> run_collective(SimWorld& world, const CollectiveRun& ru
     return Status(StatusCode::kInternal,
                   "sim: the event queue ran dry before every rank finished (a lost wake-up)");
   }
-  out.time_us = static_cast<double>(net.now_ns() - start) / 1e3 / run.iters;
   out.call_end_us = driver.call_end_us();
+  // Until the last rank's CPU was done with the last call (its reductions may end after the
+  // last event).
+  out.time_us = std::max(static_cast<double>(net.now_ns() - start) / 1e3,
+                         out.call_end_us.empty() ? 0.0 : out.call_end_us.back()) /
+                run.iters;
   out.first_us = out.call_end_us.front();
   out.checked = run.bytes <= net.elide_bytes() && run.collective != "barrier";
   if (out.checked) out.wrong = driver.check();

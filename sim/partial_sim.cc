@@ -71,12 +71,12 @@ class PartialDriver final : public RankDriver {
     }
     if (!got) return;
     if (me.step < run_.steps) {
-      const double took = static_cast<double>(net.now_ns() - me.step_start) / 1e3;
+      const double took = static_cast<double>(net.reduced_by(rank) - me.step_start) / 1e3;
       (drawn(me.step)[rank] ? slow_ : fast_).add(took);
       if (me.step + 1 == run_.steps) ++finished_;
     }
     ++me.step;
-    if (!over()) start_step(rank, net.now_ns());
+    if (!over()) start_step(rank, net.reduced_by(rank));
   }
 
   bool over() const { return finished_ == world_.size() || !error_.ok(); }

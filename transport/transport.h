@@ -164,6 +164,13 @@ class Transport {
   // Only backends whose allocate() memory peers map (maps_allocations()) need it; the others
   // do nothing. Called by the current driver.
   virtual void wake_peer(int peer) { (void)peer; }
+  // The runtime handed `bytes` of a received payload to the operation that reduces or copies it
+  // (a message for an operation not started yet is handed over when it starts). Only the
+  // simulated transport does something: it charges the rank's CPU the reduction then, not when
+  // the message arrived, so a message stashed for a round not yet entered does not hold up what
+  // the rank does first (entering the round and forwarding its activation). Called by the
+  // current driver.
+  virtual void took_in(size_t bytes) { (void)bytes; }
   // True once `peer` closed its transport (it left the job, see close()) and this rank has
   // learnt so: a write or notify to it then fails because it is gone, not because something broke,
   // which callers report as such (a normal shutdown is not an error). Called by the current driver.

@@ -355,6 +355,7 @@ void CommCore::dispatch(InMessage* m, const MsgHeader& h) {
     mailbox_->release(m);
     return;
   }
+  transport_->took_in(m->payload_bytes);  // the simulated CPU pays the reduction now (else no-op)
   Status s = op->on_message(ctx_, Received{m, h});
   if (!s.ok()) {
     mailbox_->release(m);

@@ -284,6 +284,39 @@ TEST(Sim, AReceiverTakesMessagesInTheOrderTheyReachIt) {
   net.uninstall();
 }
 
+// Taking a message in costs its receiver o when it arrives; the reduction of its bytes is charged
+// when the runtime hands them to their operation (Transport::took_in), so a rank that stashes a
+// message (for a round it has not entered) acts first and reduces later. (Charged on arrival, a
+// 28 KiB data message ahead of an activation cost the last rank 3 us at P = 1024.)
+TEST(Sim, AReductionIsChargedWhenTheRuntimeTakesThePayloadIn) {
+  const LogGP m = loggp_preset("hdr").value();
+  SimNetwork net(2, m);
+  ASSERT_TRUE(net.install().ok());
+  std::vector<std::unique_ptr<Transport>> t = sim_transports(2);
+  ASSERT_EQ(t.size(), 2u);
+  constexpr size_t kBytes = 32 << 10;
+  auto src = t[0]->allocate(kBytes, MemoryKind::kHost).value();
+  auto dst = t[1]->allocate(kBytes, MemoryKind::kHost).value();
+  auto to1 = t[0]->import_region(1, dst->remote_key()).value();
+  int64_t polled = -1, done = -1;
+  Recorder rec(t);
+  rec.on_seen = [&](int rank, const TransportCompletion& c) {
+    if (rank != 1 || c.kind != TransportCompletion::Kind::kNotify) return;
+    polled = net.now_ns();
+    t[1]->took_in(kBytes);
+    done = net.reduced_by(1);
+  };
+  rec.first = [&] { ASSERT_TRUE(t[0]->write(*src, 0, *to1, 0, kBytes, 9, 1).ok()); };
+  net.schedule_run(0, 0);
+  net.run(rec, [] { return false; });
+  const int64_t arrived = static_cast<int64_t>(m.o_ns + m.L_ns + m.wire_ns(kBytes));
+  const int64_t reduce = static_cast<int64_t>(m.reduce_ns_per_byte * kBytes);
+  EXPECT_LE(polled, arrived + static_cast<int64_t>(m.o_ns) + 10);  // not after the reduction
+  EXPECT_GE(done, polled + reduce - 1);                            // which follows it
+  t.clear();
+  net.uninstall();
+}
+
 // Payloads above elide_bytes are timed, not copied (only their first page, the headers, is) nor
 // reduced (TransportCaps::payloads_elided_above): the run completes, and its virtual times are
 // those of the run that copies and reduces everything, whose result is checked.

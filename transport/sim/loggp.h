@@ -8,8 +8,10 @@
 // messages of the same pair (per-pair order). Write completions (the acknowledgement, L after
 // the delivery) cost nothing.
 // Taking data in costs the receiver `reduce` per byte (the collectives combine what they
-// receive, or copy it on: the ring's allgather half). The presets are round figures, not
-// measurements of one system:
+// receive, or copy it on: the ring's allgather half), when its runtime hands the payload to the
+// operation that does so (Transport::took_in), not when it arrives: a message for a round the
+// rank has not entered waits unreduced while the rank enters the round. The presets are round
+// figures, not measurements of one system:
 //   hdr: HDR InfiniBand, 200 Gb/s: G = 0.04 ns/B (25 GB/s); L = 1.0 us, o = 0.2 us, g = 5 ns
 //        (ConnectX-6 data sheet: 200 Gb/s, 215 million messages/s; osu_latency ~1 us between
 //        two HDR hosts through one switch);

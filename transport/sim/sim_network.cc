@@ -57,6 +57,11 @@ void SimNetwork::schedule_run(int rank, int64_t at_ns) {
   push(e);
 }
 
+void SimNetwork::took_in(int rank, size_t bytes) {
+  busy(rank, ns(model_.reduce_ns_per_byte * static_cast<double>(bytes)));
+  ranks_[rank].reduced_until = ranks_[rank].cpu_free;
+}
+
 int64_t SimNetwork::book_rx(Rank& d, int64_t reach, int64_t wire) {
   std::map<int64_t, int64_t>& busy = d.rx_busy;
   while (!busy.empty() && busy.begin()->second <= now_ns_) busy.erase(busy.begin());
@@ -305,9 +310,9 @@ bool SimNetwork::step(RankDriver& driver, int64_t until_ns) {
           }
         }
         r.completions.push_back(e.completion);
-        // Taking a message in costs the receiver o, and its bytes the reduction (or copy) the
-        // collectives do with them, before it can act on it.
-        busy(e.rank, ns(model_.o_ns + model_.reduce_ns_per_byte * static_cast<double>(e.bytes)));
+        // Taking a message in costs the receiver o before it can act on it; its bytes cost the
+        // reduction (or copy) when the runtime hands them to their operation (took_in()).
+        busy(e.rank, ns(model_.o_ns));
         r.acts_at = std::min(r.acts_at, r.cpu_free);
         mark(e.rank);
         break;

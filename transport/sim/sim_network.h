@@ -24,6 +24,7 @@
 // the loop's thread and nothing blocks.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -87,6 +88,14 @@ class SimNetwork final : public VirtualClock {
   // Charges `rank`'s CPU `ns` from now on (compute it does between its calls): its
   // notifications wait until it is free, as a busy application thread's would.
   void busy(int rank, int64_t ns);
+  // `rank`'s runtime handed `bytes` of a received payload to the operation that reduces or
+  // copies them (Transport::took_in): its CPU pays the model's reduction for them now.
+  void took_in(int rank, size_t bytes);
+  // When `rank`'s CPU is done reducing what its runtime took in so far (now, or later: reductions
+  // charged during its turn end after it). A driver that times when a rank's call completed reads
+  // this, not now_ns(): the call's last reduction (or copy) is part of it, whereas what the rank
+  // sends afterwards in the same turn (credits) is not.
+  int64_t reduced_by(int rank) const { return std::max(now_ns_, ranks_[rank].reduced_until); }
   int64_t cpu_free_ns(int rank) const { return ranks_[rank].cpu_free; }
 
   // Runs the loop until no event is left, `stop()` holds, or virtual time passes `until_ns`.
@@ -179,7 +188,8 @@ class SimNetwork final : public VirtualClock {
     // on every message that arrived by then (those taken in after it are charged before what
     // it sends, and are seen again at its next turn).
     int64_t acts_at = INT64_MAX;
-    int64_t tx_free = 0;  // its NIC sends the next message from then
+    int64_t reduced_until = 0;  // the end of its last took_in() charge
+    int64_t tx_free = 0;        // its NIC sends the next message from then
     // When its NIC takes in the bytes of messages already scheduled (start -> end, disjoint,
     // none over before now): a message scheduled later may still arrive earlier, in a gap.
     std::map<int64_t, int64_t> rx_busy;

@@ -124,6 +124,8 @@ class SimTransport final : public Transport {
     return caps;
   }
 
+  void took_in(size_t bytes) override { net_.took_in(rank(), bytes); }
+
   size_t poll(std::span<TransportCompletion> out) override { return net_.poll(rank(), out); }
 
   void wait(std::chrono::nanoseconds timeout) override { net_.wait(rank(), timeout); }
