@@ -125,21 +125,29 @@ struct PartialTable {
   std::FILE* trace = nullptr;
 };
 
-// A world of P ranks on `model` (null, with the reason on stderr, if it cannot be made).
-std::unique_ptr<SimWorld> make_world(int P, const LogGP& model, std::FILE* trace,
-                                     uint64_t elide = UINT64_MAX,
-                                     std::map<std::string, std::string> config = {}) {
+// A world of P ranks on `model`, or why it cannot be made.
+Result<std::unique_ptr<SimWorld>> new_world(int P, const LogGP& model, std::FILE* trace,
+                                            uint64_t elide = UINT64_MAX,
+                                            std::map<std::string, std::string> config = {}) {
   WorldOptions wo;
   wo.ranks = P;
   wo.link = model;
   wo.elide_bytes = elide;
   wo.config = std::move(config);
-  Result<std::unique_ptr<SimWorld>> world = SimWorld::create(wo);
+  EC_ASSIGN_OR_RETURN(std::unique_ptr<SimWorld> world, SimWorld::create(wo));
+  world->network().set_trace(trace);
+  return world;
+}
+
+// The same, null with the reason on stderr.
+std::unique_ptr<SimWorld> make_world(int P, const LogGP& model, std::FILE* trace,
+                                     uint64_t elide = UINT64_MAX,
+                                     std::map<std::string, std::string> config = {}) {
+  Result<std::unique_ptr<SimWorld>> world = new_world(P, model, trace, elide, std::move(config));
   if (!world.ok()) {
     std::fprintf(stderr, "eagercomm-sim: P=%d: %s\n", P, world.status().to_string().c_str());
     return nullptr;
   }
-  world.value()->network().set_trace(trace);
   return std::move(world).value();
 }
 
@@ -153,8 +161,8 @@ int stragglers_of(const std::string& text, int P) {
 
 Result<PartialResult> run_partial_in_new_world(int P, const LogGP& model, std::FILE* trace,
                                                const PartialRun& run) {
-  std::unique_ptr<SimWorld> world = make_world(P, model, trace);
-  if (!world) return Status(StatusCode::kUnavailable, "the simulated world could not be made");
+  // The caller reports a failure, the world's included, once.
+  EC_ASSIGN_OR_RETURN(std::unique_ptr<SimWorld> world, new_world(P, model, trace));
   return run_partial(*world, run);
 }
 
