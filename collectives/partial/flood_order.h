@@ -16,9 +16,10 @@
 // from the same rank only o, so a tree whose ranks send to three children per level beats one
 // that halves the remaining ranks per hop whenever L > 0: log4 P (L + 4o) against log2 P (L + 2o).
 // With the HDR preset (L = 1 us, o = 0.2 us) that is 9.0 us against 14.1 us at P = 1024, inside
-// issue 21's (log2 P + 1) L = 11 us, which no tree of 2^k strides (either sign) meets: the best
-// takes 12.8 us there. Radix 5 or 6 gain a few percent more in that model and cost more strides
-// outside the 2^k set that the collectives' partners already are (the 3 4^i), so 4 it is.
+// issue 21's (log2 P + 1) L = 11 us, which no tree of 2^k strides (either sign) that hands each
+// child a contiguous range meets: the best such tree takes 12.8 us there. Radix 5 or 6 gain a few
+// percent more in that model and cost more strides outside the 2^k set that the collectives'
+// partners already are (the 3 4^i), so 4 it is.
 #pragma once
 
 #include <array>
