@@ -183,9 +183,8 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   shared->count = count;
   shared->type = type;
   shared->bytes = count * dtype_size(type);
-  shared->meta_compute = mode.kind == PartialKind::kAdaptive;
-  shared->tail_bytes = detail::meta_elements(type, P, shared->meta_compute) * dtype_size(type);
   shared->mode = mode;
+  shared->tail_bytes = detail::meta_elements(type, P, shared->meta_compute()) * dtype_size(type);
   shared->options = options;
   shared->core = core;
   EC_ASSIGN_OR_RETURN(

@@ -76,11 +76,12 @@ struct PartialShared {
   int size = 1;
   size_t count = 0;
   DataType type = DataType::kFloat32;
-  size_t bytes = 0;           // count elements: what posts add and results show
-  size_t tail_bytes = 0;      // the round metadata after them (partial_meta.h)
-  bool meta_compute = false;  // the tail has the adaptive section (compute times)
+  size_t bytes = 0;       // count elements: what posts add and results show
+  size_t tail_bytes = 0;  // the round metadata after them (partial_meta.h)
   PartialMode mode;
   PartialOptions options;
+  // Whether the tail has the adaptive section (compute times): only adaptive objects read it.
+  bool meta_compute() const { return mode.kind == PartialKind::kAdaptive; }
   std::shared_ptr<CommCore> core;  // outlives every buffer (they are its transport's memory)
   // Rounds of up to EAGERCOMM_SMALL_MAX_BYTES on transports that map allocations: every rank
   // stores its contribution into every peer's box of the round, which is also how a peer that

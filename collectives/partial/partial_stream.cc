@@ -50,7 +50,7 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
   data_sig_.coll = static_cast<uint8_t>(CollKind::kAllreduce);
   data_sig_.dtype = static_cast<uint8_t>(shared_->type);
   data_sig_.redop = static_cast<uint8_t>(ReduceOp::kSum);
-  data_sig_.count = shared_->count + meta_elements(shared_->type, P_, shared_->meta_compute);
+  data_sig_.count = shared_->count + meta_elements(shared_->type, P_, shared_->meta_compute());
   // The communicator's small boxes are numbered by its collective stream's sequence: rounds use
   // the object's own, when it has them.
   data_sig_.reserved = boxes_ ? static_cast<uint8_t>(Algo::kSmall)
@@ -368,7 +368,7 @@ void PartialStream::start(uint64_t index, Round& round) {
   mine.posts = static_cast<int>(std::min<uint32_t>(buf.posts, INT32_MAX));
   mine.compute_us = static_cast<uint32_t>(std::min<uint64_t>(buf.compute_us, UINT32_MAX));
   mine.measured = static_cast<int>(std::min<uint32_t>(buf.measured, INT32_MAX));
-  write_rank_meta(tail, shared_->type, P_, r_, mine, shared_->meta_compute);
+  write_rank_meta(tail, shared_->type, P_, r_, mine, shared_->meta_compute());
   round.started = true;
 
   std::shared_ptr<Op> data = boxes_ ? make_round_allreduce(data_sig_, buf.data(), boxes_, index,
