@@ -118,6 +118,37 @@ TEST_P(UcxOverTcp, WaitWakesOnPeerNotification) {
   });
 }
 
+// A peer's notification is waiting in the worker and nobody drives: wait() keeps saying there
+// is work (it is the driver's to take), but must not spin. Before the fix it returned over
+// 100 000 times in these 300 ms (seen in CI as a flaky WaitWakesOnPeerNotification); now it
+// naps 1 ms doubling up to 32 ms, about a dozen returns.
+TEST_P(UcxOverTcp, AWaiterBesideAnIdleDriverDoesNotSpin) {
+  run_world(2, GetParam(), [](Ctx& c) {
+    if (c.rank == 0) {
+      c.barrier("ready");
+      c.notify(1, 0x77);
+      c.publish("sent", to_bytes("1"));
+      c.barrier("done");
+      return;
+    }
+    c.barrier("ready");
+    (void)c.fetch("sent", 0);
+    std::this_thread::sleep_for(50ms);  // the notification reaches this rank's socket
+    int64_t returns = 0;
+    const auto end = Clock::now() + 300ms;
+    while (Clock::now() < end) {
+      c.t->wait(30s);
+      ++returns;
+    }
+    EXPECT_LT(returns, 200) << "wait() returned " << returns
+                            << " times in 300 ms with nobody driving";
+    // The notification is still there for the driver.
+    ASSERT_TRUE(c.pump_until([&] { return !c.notes.empty(); }, 10s));
+    EXPECT_EQ(c.notes.front().tag, 0x77u);
+    c.barrier("done");
+  });
+}
+
 // One thread sleeps in wait() while another drives (polls, receives a stream of notifications)
 // and a third calls wake(): every wake() makes the sleeper return, and the driver gets
 // everything in order.

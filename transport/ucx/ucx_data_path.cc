@@ -374,6 +374,7 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
   }
   ring_polls_ = 0;
   progress_due_.store(false, std::memory_order_relaxed);
+  events_reported_.store(false, std::memory_order_relaxed);
   int progressed = 0;
   for (int pass = 0; pass < kProgressPasses; ++pass) {
     const unsigned events = ucp_worker_progress(core_->worker);

@@ -47,6 +47,11 @@ static_assert(sizeof(NotifyBlock) == kNotifyBlockBytes);
 // but nap at most kUnarmedNap at a time.
 constexpr int kWaitSlots = 4;
 constexpr auto kUnarmedNap = std::chrono::milliseconds(1);
+// A thread that is not the driver finds worker events that only the driver's progress clears:
+// after the first report, wait() naps on its slot (wake() still ends the nap) from
+// kBusyNapFirst, doubling up to kBusyNapMax, instead of returning in a tight loop.
+constexpr auto kBusyNapFirst = std::chrono::milliseconds(1);
+constexpr auto kBusyNapMax = std::chrono::milliseconds(32);
 // Peers on this host are probed this often for a dead process (shared-memory endpoints run
 // without UCX's peer-failure handling, so UCX would not notice); wait() sleeps no longer while
 // such peers exist. Empty polls between two looks at the clock:
@@ -179,6 +184,8 @@ class UcxTransport final : public Transport {
   // Waits (progressing the worker) until what was put to `peer` is complete at the target.
   Status flush_peer(int peer);
   int claim_wait_slot();
+  // Sleeps up to `limit`, or until the slot (if any) is signalled.
+  void nap_on_slot(int slot, std::chrono::nanoseconds limit);
   void signal_slot(int i);
 
   static void on_put_done(void* request, ucs_status_t status, void* user_data);
@@ -235,6 +242,11 @@ class UcxTransport final : public Transport {
   // Set by wait() when the worker has events (arm said busy, or the sleep ended): the next poll
   // progresses the worker.
   std::atomic<bool> progress_due_{false};
+  // wait() reported worker events (arm said busy, or the event fd fired); poll() clears it
+  // when it progresses the worker.
+  std::atomic<bool> events_reported_{false};
+  // The next nap of a waiter that comes back before anyone progressed the worker.
+  std::atomic<int64_t> busy_nap_ns_{std::chrono::nanoseconds(kBusyNapFirst).count()};
 };
 
 }  // namespace eagercomm::ucx

@@ -43,6 +43,12 @@ void UcxTransport::signal_slot(int i) {
 //    our completion queue: a driver's progress that finished before the arm has queued what
 //    it found; one that starts after it runs on events that arrive after the arm, which
 //    signal the fd (spurious wake-ups, allowed by the contract).
+//  - Worker events are the driver's to take: its next poll progresses the worker. A thread
+//    that comes back before anyone progressed it (events_reported_) is not the driver, or the
+//    driver is not polling; arming again finds the same events (arm says busy, or says OK
+//    while TCP's socket keeps the event fd readable) and returns at once: a waiter beside an
+//    idle driver spun 170 000 times in 250 ms. It naps on its slot instead (wake() ends the
+//    nap), 1 ms doubling up to 32 ms, until a poll progresses the worker.
 //  - Arming drains transport signals (shared memory's socket) that another sleeping thread
 //    may also be polling; a waiter whose arm says BUSY therefore signals the other waiters,
 //    so that a sleeping driver still learns that there is work.
@@ -71,11 +77,25 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
   if (woken_.exchange(false, std::memory_order_seq_cst) || done_.any() || rings_maybe_nonempty()) {
     return done2();
   }
+  if (events_reported_.load(std::memory_order_relaxed)) {
+    // Worker events were reported and nobody progressed the worker since: this thread is not
+    // the driver, or the driver is not polling. Arming again would find the same events and
+    // return at once (a spin); nap on the slot instead, longer each time.
+    const int64_t nap = busy_nap_ns_.load(std::memory_order_relaxed);
+    busy_nap_ns_.store(std::min<int64_t>(2 * nap, std::chrono::nanoseconds(kBusyNapMax).count()),
+                       std::memory_order_relaxed);
+    const bool nap_forever = timeout < std::chrono::nanoseconds::zero();
+    nap_on_slot(slot, nap_forever ? std::chrono::nanoseconds(nap)
+                                  : std::min(timeout, std::chrono::nanoseconds(nap)));
+    return done2();
+  }
+  busy_nap_ns_.store(std::chrono::nanoseconds(kBusyNapFirst).count(), std::memory_order_relaxed);
   bool armed = false;
   if (can_arm_) {
     const ucs_status_t s = ucp_worker_arm(core_->worker);
     if (s == UCS_ERR_BUSY) {
       progress_due_.store(true, std::memory_order_relaxed);
+      events_reported_.store(true, std::memory_order_relaxed);
       for (int i = 0; i < kWaitSlots; ++i) {
         if (i != slot && slots_[i].busy.load(std::memory_order_seq_cst)) signal_slot(i);
       }
@@ -117,7 +137,20 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
     EC_WARN(kNet, "ucx: ppoll in wait() failed: %m");
   }
   progress_due_.store(true, std::memory_order_relaxed);
+  if (armed && (fds[0].revents & POLLIN) != 0) {
+    events_reported_.store(true, std::memory_order_relaxed);
+  }
   done2();
+}
+
+void UcxTransport::nap_on_slot(int slot, std::chrono::nanoseconds limit) {
+  struct pollfd fd = {slot >= 0 ? slots_[slot].fd.get() : -1, POLLIN, 0};
+  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(limit);
+  const struct timespec ts = {static_cast<time_t>(secs.count()),
+                              static_cast<long>((limit - secs).count())};
+  if (::ppoll(&fd, slot >= 0 ? 1 : 0, &ts, nullptr) < 0 && errno != EINTR) {
+    EC_WARN(kNet, "ucx: ppoll in wait() failed: %m");
+  }
 }
 
 void UcxTransport::wake() {
