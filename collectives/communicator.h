@@ -26,8 +26,9 @@
 // this rank's report rather than waiting for it; a peer that already holds all of this rank's
 // data, as with small allreduces, may still complete it), its buffers are free to reuse, and the
 // kTimeout error names the ranks that had not started it and those that went silent, as of their
-// last heartbeats (EAGERCOMM_HEARTBEAT). Request::wait(timeout) on the other hand only stops
-// waiting: the operation keeps running.
+// last heartbeats (EAGERCOMM_HEARTBEAT; a rank hears from its O(log P) data partners, so beyond
+// P = 5 each rank's report names the late ones among its partners). Request::wait(timeout) on the
+// other hand only stops waiting: the operation keeps running.
 //
 // Failures: a peer that dies (its process ends, the transport loses it) or hangs (nothing heard
 // from it for EAGERCOMM_TIMEOUT: stopped, deadlocked, unreachable) fails every pending and later

@@ -33,7 +33,7 @@ CommCore::CommCore(int rank, int size, const Config& config)
       notices_(rank),
       gone_(size),
       watchdog_(rank, size, config_, gone_,
-                [this](int peer, const Status& why) { mark_gone(peer, 0, why); }) {}
+                [this](int peer, const Status& why) { on_hung(peer, -1, why); }) {}
 
 CommCore::~CommCore() {
   destroy();

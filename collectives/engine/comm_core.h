@@ -191,6 +191,11 @@ class CommCore final : public ProgressSource {
   // `peer` takes part in no collective from sequence `from` on (0: none at all) nor in any
   // stream; operations that need it fail with kPeerFailed and `why`.
   void mark_gone(int peer, int64_t from, const Status& why);
+  // `peer` was declared hung, by this rank's watchdog (`told_by` -1) or by the verdict rank
+  // `told_by` passed on: it is gone from every collective, and the verdict goes on to this
+  // rank's watched partners (but `told_by` and `peer`), so that it reaches the ranks that do not
+  // watch it within the partner graph's diameter (liveness_watchdog.h).
+  void on_hung(int peer, int told_by, const Status& why);
 
   // Fails `op` unless it is no longer active; with TellPeers::kYes, every other rank fails it
   // too with `status`'s message.

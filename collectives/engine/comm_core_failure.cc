@@ -91,6 +91,21 @@ void CommCore::mark_gone(int peer, int64_t from, const Status& why) {
   for (auto& [id, handler] : streams_) handler->on_peer_gone(peer, why);
 }
 
+void CommCore::on_hung(int peer, int told_by, const Status& why) {
+  if (gone_.gone(peer)) return;  // the verdict (or an exit) reached this rank already
+  // The verdict goes out before the operations fail: each partner then takes it in before the
+  // errors this rank's failures send (per-pair order).
+  const uint32_t verdict = control_word(ControlKind::kHung, static_cast<uint64_t>(peer));
+  for (int partner : watchdog_.watched()) {
+    if (partner == peer || partner == told_by || gone_.gone(partner)) continue;
+    Status s = mailbox_->send_control(partner, verdict);
+    if (!s.ok()) {
+      EC_DEBUG(kColl, "hung verdict to rank %d: %s", partner, s.to_string().c_str());
+    }
+  }
+  mark_gone(peer, 0, why);
+}
+
 void CommCore::release_lender(int peer, std::optional<OpKey> key) {
   draining_.release(peer, key, [this](Op* op, const Status& status) { complete_op(op, status); });
 }
@@ -127,6 +142,24 @@ void CommCore::on_control(int peer, uint32_t control) {
                             "(was this process stopped or starved?) and no longer takes part",
                             peer, rank_, arg));
       break;
+    case ControlKind::kHung: {
+      const int hung = static_cast<int>(arg);
+      // About this rank itself: its watchers tell it directly (kEvicted).
+      if (hung == rank_ || hung >= size_) break;
+      if (gone_.gone(hung)) break;
+      EC_ERROR(kColl,
+               "rank %d is not responding: declared hung by the ranks that watch it (told by "
+               "rank %d)",
+               hung, peer);
+      on_hung(
+          hung, peer,
+          make_status(StatusCode::kPeerFailed,
+                      "rank %d is not responding: the ranks that watch it heard nothing from it "
+                      "for EAGERCOMM_TIMEOUT (%s) and declared it hung (told by rank %d); it is "
+                      "stopped, hung or unreachable",
+                      hung, format_duration(config_.timeout).c_str(), peer));
+      break;
+    }
     default:
       EC_DEBUG(kColl, "unknown control 0x%x from rank %d", control, peer);
       break;

@@ -11,6 +11,7 @@ enum class ControlKind : uint32_t {
   kPeerExit = 1,   // argument: the first collective the sender will not run
   kHeartbeat = 2,  // argument: how many collectives the sender has begun
   kEvicted = 3,    // the sender declared the receiver hung; argument: seconds it heard nothing
+  kHung = 4,       // a rank watching rank `argument` declared it hung; passed on to partners
 };
 
 inline uint32_t control_word(ControlKind kind, uint64_t arg) {

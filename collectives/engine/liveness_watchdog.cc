@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/collective_log.h"
 #include "collectives/engine/control.h"
 #include "runtime/clock.h"
@@ -30,6 +31,7 @@ LivenessWatchdog::LivenessWatchdog(int rank, int size, const Config& config, con
       config_(config),
       gone_(gone),
       on_hung_(std::move(on_hung)),
+      watched_(data_partners(rank, size)),
       heard_(size, 0),
       heard_seen_(size, 0),
       heard_at_(size),
@@ -91,8 +93,8 @@ void LivenessWatchdog::duty(uint64_t begun) {
   const bool was_frozen = now - last_duty_at_ > 3 * interval_;
   last_duty_at_ = now;
   const uint32_t beat = control_word(ControlKind::kHeartbeat, begun);
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_ || gone_.gone(peer)) continue;
+  for (int peer : watched_) {
+    if (gone_.gone(peer)) continue;
     if (heard_[peer] != heard_seen_[peer]) {
       heard_seen_[peer] = heard_[peer];
       heard_at_[peer] = now;
@@ -127,9 +129,9 @@ std::string LivenessWatchdog::silent_report() const {
   if (!on()) return "";
   const int64_t now = steady_ns(RuntimeClock::now());
   std::string silent;
-  for (int peer = 0; peer < size_; ++peer) {
+  for (int peer : watched_) {
     const int64_t age = now - peer_heard_ns_[peer].load(std::memory_order_relaxed);
-    if (peer == rank_ || age <= silent_after_ns()) continue;
+    if (age <= silent_after_ns()) continue;
     silent += (silent.empty() ? "rank " : ", rank ") + std::to_string(peer) +
               " (nothing heard for " + seconds_text(std::chrono::nanoseconds(age)) + ")";
   }
@@ -139,9 +141,9 @@ std::string LivenessWatchdog::silent_report() const {
 std::string LivenessWatchdog::late_report(uint64_t seq) const {
   const int64_t now = steady_ns(RuntimeClock::now());
   std::string late;
-  for (int peer = 0; peer < size_; ++peer) {
+  for (int peer : watched_) {
     const int64_t age = now - peer_heard_ns_[peer].load(std::memory_order_relaxed);
-    if (peer == rank_ || age > silent_after_ns()) continue;
+    if (age > silent_after_ns()) continue;
     const uint64_t begun = peer_begun_[peer].load(std::memory_order_relaxed);
     if (begun > seq) continue;
     late += (late.empty() ? "rank " : ", rank ") + std::to_string(peer) +

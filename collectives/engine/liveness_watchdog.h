@@ -2,14 +2,22 @@
 //
 // A rank whose process stops (SIGSTOP, a debugger, a host that froze or lost its link) neither
 // dies nor closes a connection, so neither liveness beacons nor the transport notice it. Every
-// interval the watchdog thread makes the engine's driver run duty(): send each peer a
+// interval the watchdog thread makes the engine's driver run duty(): send each watched peer a
 // notification carrying how many collectives this rank has begun, and look at what it heard:
 // any notification counts (heard()), so a busy pair adds nothing but a counter increment per
-// notification. A peer silent for hang_after (EAGERCOMM_TIMEOUT, at least three intervals) is
-// declared hung: the owner's on_hung fails every operation that needs it, and it is told
-// (should it run again, its own operations fail the same way instead of waiting for peers that
-// gave up on it). The watchdog thread drives only when nobody else does, so a rank whose
-// application computes outside eagercomm still answers; it never waits for the driver token.
+// notification. A watched peer silent for hang_after (EAGERCOMM_TIMEOUT, at least three
+// intervals) is declared hung: the owner's on_hung fails every operation that needs it and
+// passes the verdict on, and the peer is told (should it run again, its own operations fail the
+// same way instead of waiting for peers that gave up on it). The watchdog thread drives only
+// when nobody else does, so a rank whose application computes outside eagercomm still answers;
+// it never waits for the driver token.
+//
+// Watched peers are the data partners (data_partners(): r +- 2^k and the recursive-doubling
+// partners, O(log P), a symmetric relation whose graph contains the ring): every rank is
+// watched by its partners, and a rank beats O(log P) peers per interval instead of P - 1 (issue
+// 21: resources that grow with the algorithms). Ranks that do not watch a hung peer learn of it
+// from the verdict its watchers pass along the partner graph (ControlKind::kHung); the reports
+// below cover the watched peers only.
 //
 // Thread-safety: start() and stop() from the owner; heard(), duty(), on_heartbeat() from the
 // current engine driver; silent_report() and late_report() from any thread.
@@ -52,6 +60,9 @@ class LivenessWatchdog {
   // Joins the thread; idempotent.
   void stop();
   bool on() const { return interval_ != std::chrono::nanoseconds::zero(); }
+  // The peers this rank beats and judges (sorted; the same set whether heartbeats are on or
+  // not): also the ones a hung verdict is passed on to.
+  const std::vector<int>& watched() const { return watched_; }
 
   // Driver: a notification from `peer` arrived.
   void heard(int peer) { ++heard_[peer]; }
@@ -65,11 +76,12 @@ class LivenessWatchdog {
     peer_begun_[peer].store(begun, std::memory_order_relaxed);
   }
 
-  // "; silent ranks: rank 2 (nothing heard for 3.1s)" for peers whose heartbeats stopped
-  // coming, or "" (none, or heartbeats off).
+  // "; silent ranks: rank 2 (nothing heard for 3.1s)" for watched peers whose heartbeats
+  // stopped coming, or "" (none, or heartbeats off).
   std::string silent_report() const;
-  // "rank 1 (alive, last started #4), rank 3 (...)": the peers heard from lately that had not
-  // begun collective `seq` by their last heartbeat ("" when none; heartbeats must be on).
+  // "rank 1 (alive, last started #4), rank 3 (...)": the watched peers heard from lately that
+  // had not begun collective `seq` by their last heartbeat ("" when none; heartbeats must be
+  // on).
   std::string late_report(uint64_t seq) const;
 
  private:
@@ -85,6 +97,7 @@ class LivenessWatchdog {
   const Config& config_;
   const GonePeers& gone_;
   const OnHung on_hung_;
+  const std::vector<int> watched_;
   Engine* engine_ = nullptr;    // set by start()
   Mailbox* mailbox_ = nullptr;  // set by start()
 

@@ -12,6 +12,9 @@
 //   fault_main stop <secs> <sync|solo> <rounds>
 //                                     the victim SIGSTOPs itself for <secs> (a child of it sends
 //                                     SIGCONT) in the middle of <rounds> allreduces or solo rounds
+//   fault_main hang <secs> <rounds>   as `stop ... sync`, but the allreduces wait forever: only
+//                                     the hung verdict (liveness_watchdog.h) can end them; the
+//                                     survivors stay 1 s after their report
 //   fault_main straggle <secs>        the victim computes for <secs> before an allreduce
 //   fault_main abort                  rank 0 aborts from a second thread while its main thread
 //                                     waits in an allreduce the victim joins late
@@ -79,7 +82,8 @@ void stop_for(double secs) {
 // Allreduces of rank-dependent values, each result checked. With max_secs > 0, also ends once
 // rank 0 has seen max_secs pass: every rank must call the same number of allreduces, so rank 0's
 // vote travels in an extra element of each allreduce and all ranks stop after the same round.
-int run_sync(Communicator& c, int rounds, int stop_round, double stop_secs, double max_secs = 0) {
+int run_sync(Communicator& c, int rounds, int stop_round, double stop_secs, double max_secs = 0,
+             std::chrono::nanoseconds call_timeout = kConfiguredTimeout) {
   const int victim = c.size() - 1;
   const size_t n = max_secs > 0 ? kCount + 1 : kCount;
   std::vector<float> buf(n);
@@ -89,7 +93,8 @@ int run_sync(Communicator& c, int rounds, int stop_round, double stop_secs, doub
     if (c.rank() == victim && i == stop_round) stop_for(stop_secs);
     for (size_t k = 0; k < kCount; ++k) buf[k] = static_cast<float>(c.rank() + i + (k & 7));
     if (n > kCount) buf[kCount] = c.rank() == 0 && since(start) >= max_secs ? 1.0f : 0.0f;
-    Status s = c.allreduce(buf.data(), buf.data(), n, DataType::kFloat32, ReduceOp::kSum);
+    Status s =
+        c.allreduce(buf.data(), buf.data(), n, DataType::kFloat32, ReduceOp::kSum, call_timeout);
     if (!s.ok()) return report(c.rank(), s, last_ok);
     const int p = c.size();
     for (size_t k = 0; k < kCount; ++k) {
@@ -232,8 +237,9 @@ int abort_scenario(Communicator& c) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: fault_main kill-partial|kill-bootstrap|stop|straggle|abort|loop ...\n");
+    std::fprintf(
+        stderr,
+        "usage: fault_main kill-partial|kill-bootstrap|stop|hang|straggle|abort|loop ...\n");
     return 1;
   }
   const std::string scenario = argv[1];
@@ -254,6 +260,14 @@ int main(int argc, char** argv) {
     const int rounds = std::atoi(argv[4]);
     if (mode == "sync") return run_sync(c, rounds, 3, secs);
     if (mode == "solo") return run_solo(c, rounds, 3, [secs] { stop_for(secs); });
+  }
+  if (scenario == "hang" && argc == 4) {
+    const int rc = run_sync(c, std::atoi(argv[3]), 3, std::atof(argv[2]), 0, kWaitForever);
+    // A failed collective's error may reach a rank before the verdict does (from a rank that is
+    // not its partner): stay a moment, the watchdog thread driving, so the script can check
+    // from the log that the verdict arrived too.
+    if (c.rank() != c.size() - 1) sleep(1);
+    return rc;
   }
   if (scenario == "straggle" && argc == 3) return straggle(c, std::atof(argv[2]));
   if (scenario == "abort") return abort_scenario(c);

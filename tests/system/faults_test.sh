@@ -4,6 +4,8 @@
 #   kill-bootstrap  a rank SIGKILLed while the job bootstraps
 #   stop (long)     a rank SIGSTOPped for longer than EAGERCOMM_TIMEOUT, in sync and solo
 #   stop (short)    a rank SIGSTOPped for less: both modes wait for it and finish correctly
+#   hang (P = 8)    a rank SIGSTOPped while calls wait forever: its watchers (data partners)
+#                   declare it hung and the verdict reaches the ranks that do not watch it
 #   straggle        a live rank late by more than the timeout: the error lists it as not arrived
 #   abort           Communicator::abort() from another thread unblocks the caller's wait
 # Each failure case checks: the survivors' errors name the rank within 2x EAGERCOMM_TIMEOUT, the
@@ -132,6 +134,30 @@ for transport in "${transports[@]}"; do
   shm_clean "$what"
   echo "faults_test: $what: survivors listed rank $victim as not arrived; exit $rc after ${took}s"
 done
+
+# Hung verdicts travel: at P = 8 only the victim's partners (data_partners(): r +- 2^k and the
+# recursive-doubling partners; 0, 1, 3, 5, 6 for rank 7) watch it, and ranks 2 and 4 learn that
+# it hung from the verdict the watchers pass on. Their calls would fail anyway (a failed
+# collective's error reaches every rank), so the check is each survivor's own log: it marked
+# rank 7 hung, by its own watchdog or told by a watcher (without the verdict, 2 and 4 never do,
+# and their later collectives and partial streams would wait for rank 7).
+if [ "$variant" = all ]; then
+  n=8 victim=7
+  export EAGERCOMM_LOG_FILE=$tmp/log-%p
+  job shm 3s hang 6 200
+  unset EAGERCOMM_LOG_FILE
+  what="shm P=8 hang 6s > timeout 3s"
+  [ $rc -ne 0 ] || fail "$what: launcher exited $rc, expected non-zero"
+  survivors_detected "$what" "peer failed" "rank 7 is not responding" 8
+  for ((r = 0; r < victim; r++)); do
+    cat "$tmp"/log-* | grep -Eq "\[$r\] ERROR coll: rank 7 is not responding" \
+      || fail "$what: rank $r never marked rank 7 hung (its log: $(cat "$tmp"/log-* | grep -c "\[$r\]") lines)"
+  done
+  told=$(cat "$tmp"/log-* | grep -c "rank 7 is not responding: declared hung by the ranks that watch it")
+  shm_clean "$what"
+  echo "faults_test: $what: all 7 survivors marked rank 7 hung within ${named_after}s ($told told by a watcher)"
+  n=3 victim=2
+fi
 
 # Stopped for less than the timeout: sync waits, solo goes on; results are checked. (On the
 # emulated verbs device a stopped rank's port stops draining its inbound ring, and its peers'
