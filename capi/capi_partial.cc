@@ -1,4 +1,5 @@
 // The C API's partial allreduce (eagercomm.h).
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -20,10 +21,14 @@ Result<PartialMode> to_mode(const ec_partial_options& o) {
       return PartialMode::quorum_of(o.quorum);
     case EC_PARTIAL_ADAPTIVE:
       return PartialMode::adaptive();
+    case EC_PARTIAL_DEADLINE:
+      return o.deadline_us == 0
+                 ? PartialMode::deadline_auto()
+                 : PartialMode::deadline_of(std::chrono::microseconds(o.deadline_us));
   }
   return make_status(StatusCode::kInvalidArgument,
                      "options.mode %d is not an ec_partial_mode (EC_PARTIAL_SYNC .. "
-                     "EC_PARTIAL_ADAPTIVE, 0 .. 4)",
+                     "EC_PARTIAL_DEADLINE, 0 .. 5)",
                      static_cast<int>(o.mode));
 }
 
@@ -84,6 +89,7 @@ void ec_partial_options_init(ec_partial_options* options) {
   options->sync_every = defaults.sync_every;
   options->seed = defaults.seed;
   options->result_depth = defaults.result_depth;
+  options->deadline_us = 0;
 }
 
 ec_status ec_partial_create(ec_comm* comm, size_t count, ec_dtype dtype,

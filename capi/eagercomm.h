@@ -191,9 +191,10 @@ EC_API ec_status ec_allgather_on_stream(ec_comm* comm, const void* send, void* r
 typedef struct ec_partial ec_partial;
 
 typedef EC_ENUM(ec_partial_mode){
-    EC_PARTIAL_SYNC = 0, EC_PARTIAL_SOLO = 1, EC_PARTIAL_MAJORITY = 2,
-    EC_PARTIAL_QUORUM = 3,  /* ec_partial_options.quorum ranks fresh */
-    EC_PARTIAL_ADAPTIVE = 4 /* sync, or solo while measured compute times promise 1.3x per epoch */
+    EC_PARTIAL_SYNC = 0,     EC_PARTIAL_SOLO = 1,
+    EC_PARTIAL_MAJORITY = 2, EC_PARTIAL_QUORUM = 3, /* ec_partial_options.quorum ranks fresh */
+    EC_PARTIAL_ADAPTIVE = 4, /* sync, or solo while measured compute times promise 1.3x per epoch */
+    EC_PARTIAL_DEADLINE = 5  /* every rank, or ec_partial_options.deadline_us after the first */
 } ec_partial_mode;
 
 typedef EC_ENUM(ec_late_policy){EC_LATE_CARRY = 0, EC_LATE_DROP = 1} ec_late_policy;
@@ -205,6 +206,8 @@ typedef struct ec_partial_options {
   uint32_t sync_every;   /* every N-th round synchronous; 0: never */
   uint64_t seed;         /* shared PRNG seed (majority initiators) */
   uint32_t result_depth; /* completed rounds a rank may hold unconsumed (1 .. 1024); 4 */
+  uint32_t deadline_us;  /* T for EC_PARTIAL_DEADLINE (1 .. 3600000000 us); 0: auto (from the
+                            arrival spread). In what was padding: the struct's size is unchanged */
 } ec_partial_options;
 
 /* Fills `options` with the defaults above (solo, carry, result depth 4). */

@@ -20,6 +20,7 @@
 #include "collectives/partial/partial_shared.h"
 #include "collectives/partial/partial_stream.h"
 #include "runtime/clock.h"
+#include "runtime/config_table.h"
 #include "runtime/deadline.h"
 #include "runtime/gpu.h"
 
@@ -42,6 +43,9 @@ std::string PartialMode::name() const {
       return "quorum(" + std::to_string(quorum) + ")";
     case PartialKind::kAdaptive:
       return "adaptive";
+    case PartialKind::kDeadline:
+      return deadline.count() == 0 ? "deadline(auto)"
+                                   : "deadline(" + format_duration(deadline) + ")";
   }
   return "?";
 }
@@ -57,10 +61,29 @@ Result<PartialMode> parse_partial_mode(std::string_view text) {
   if (!rest.empty() && rest.size() < 8 && rest.find_first_not_of("0123456789") == rest.npos) {
     return PartialMode::quorum_of(std::stoi(std::string(rest)));
   }
+  std::string_view t;
+  bool deadline = false;
+  if (text.rfind("deadline:", 0) == 0) t = text.substr(9), deadline = true;
+  if (text.rfind("deadline(", 0) == 0 && text.back() == ')') {
+    t = text.substr(9, text.size() - 10), deadline = true;
+  }
+  if (deadline) {
+    if (t == "auto") return PartialMode::deadline_auto();
+    Result<std::chrono::nanoseconds> d = parse_duration(t);
+    const auto us = d.ok() ? std::chrono::duration_cast<std::chrono::microseconds>(d.value())
+                           : std::chrono::microseconds(0);
+    if (!d.ok() || us.count() < 1 || us > PartialMode::kMaxDeadline) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "partial allreduce mode '%.*s': the deadline must be 'auto' or a "
+                         "duration from 1us to 1h ('500us', '5ms', '2s')",
+                         static_cast<int>(text.size()), text.data());
+    }
+    return PartialMode::deadline_of(us);
+  }
   return make_status(
       StatusCode::kInvalidArgument,
       "unknown partial allreduce mode '%.*s' (accepted: sync, solo, majority, adaptive, "
-      "quorum:K)",
+      "quorum:K, deadline:T with T a duration or auto)",
       static_cast<int>(text.size()), text.data());
 }
 

@@ -24,6 +24,14 @@
 //   quorum(k)   the round's coordinator (rank r mod P), once k ranks have posted fresh for r:
 //               at least k contributions are fresh, guaranteed;
 //   sync        quorum(P): a synchronous allreduce of every rank's fresh gradient;
+//   deadline(T) the round's coordinator (rank r mod P), once every rank has posted fresh for r
+//               or T has passed since the first fresh post for r reached it, whichever comes
+//               first: a straggler costs the others at most T (plus the activation) per round.
+//               deadline(auto): T follows the arrival spread that the rounds' metadata carries
+//               (twice the median, over the last 16 rounds, of how long after the fastest rank
+//               the median rank posted; at least 50 us); rounds wait for everybody until 16
+//               rounds were measured. T is measured from the coordinator's first arrival (one
+//               message after the first post when the poster is another rank);
 //   adaptive    per window of rounds, solo or sync: solo while solo rounds are predicted to make
 //               an epoch at least `solo_speedup` times faster than synchronous ones, from the
 //               compute times the rounds' metadata carries (every rank's time outside this
@@ -85,23 +93,32 @@ enum class PartialKind : uint8_t {
   kSolo = 1,
   kMajority = 2,
   kQuorum = 3,
-  kAdaptive = 4
+  kAdaptive = 4,
+  kDeadline = 5
 };
 
 struct PartialMode {
   PartialKind kind = PartialKind::kSolo;
   int quorum = 0;  // k, for kQuorum
+  // T, for kDeadline: 1 us .. kMaxDeadline; zero: auto (derived from the arrival spread).
+  std::chrono::microseconds deadline{0};
+  static constexpr std::chrono::seconds kMaxDeadline{3600};
 
   static PartialMode sync() { return {PartialKind::kSync, 0}; }
   static PartialMode solo() { return {PartialKind::kSolo, 0}; }
   static PartialMode majority() { return {PartialKind::kMajority, 0}; }
   static PartialMode quorum_of(int k) { return {PartialKind::kQuorum, k}; }
   static PartialMode adaptive() { return {PartialKind::kAdaptive, 0}; }
-  // "sync", "solo", "majority", "quorum(3)", "adaptive".
+  static PartialMode deadline_of(std::chrono::microseconds t) {
+    return {PartialKind::kDeadline, 0, t};
+  }
+  static PartialMode deadline_auto() { return {PartialKind::kDeadline, 0, {}}; }
+  // "sync", "solo", "majority", "quorum(3)", "adaptive", "deadline(5ms)", "deadline(auto)".
   std::string name() const;
 };
 
-// Accepts "sync", "solo", "majority", "adaptive", "quorum:K" and "quorum(K)".
+// Accepts "sync", "solo", "majority", "adaptive", "quorum:K", "quorum(K)", "deadline:T" and
+// "deadline(T)" with T a duration ("500us", "5ms", "2s") or "auto".
 Result<PartialMode> parse_partial_mode(std::string_view text);
 
 enum class LatePolicy : uint8_t { kCarry = 0, kDrop = 1 };

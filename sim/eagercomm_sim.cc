@@ -54,7 +54,8 @@ void usage() {
       "  --trace FILE     every message and event of the runs, a line each\n"
       "  --json FILE      write the rows as JSON\n"
       "partial allreduce rounds instead of collectives:\n"
-      "  --modes LIST     solo, majority, quorum:K, sync, adaptive\n"
+      "  --modes LIST     solo, majority, quorum:K, sync, adaptive, deadline:T (T a duration or "
+      "auto)\n"
       "  --stragglers S   ranks drawn per step: a count, or a share of P with %% [1%%]\n"
       "  --delay-steps D  what a drawn rank computes more, in steps [10]\n"
       "  --compute-us C   every rank's compute per step [100]\n"
@@ -447,7 +448,7 @@ int main(int argc, char** argv) {
             *o = t;
             return parse_partial_mode(t).ok();
           }))
-        return bad("--modes takes solo, majority, quorum:K, sync, adaptive");
+        return bad("--modes takes solo, majority, quorum:K, sync, adaptive, deadline:T");
     } else if (a == "--stragglers" && v) {
       partial.stragglers = v;
       if (partial.stragglers.empty() || std::atof(v) < 0) return bad("--stragglers takes N or S%");

@@ -337,6 +337,12 @@ ExploreCase draw_case(uint64_t seed) {
     c.ranks += more;
     c.count += 2 * static_cast<size_t>(more);  // still 2 elements per rank, 2 more
   }
+  // A third of the solo worlds run deadline rounds instead (T from a few us, so that rounds
+  // go without the late ranks, to longer than a step, and auto).
+  if (c.mode == "solo" && chance(1.0 / 3)) {
+    const char* t[] = {"5us", "50us", "500us", "auto"};
+    c.mode = std::string("deadline:") + t[below(4)];
+  }
   return c;
 }
 

@@ -16,7 +16,7 @@
 namespace eagercomm::sim {
 
 struct PartialRun {
-  std::string mode = "solo";  // solo | majority | quorum:K | sync | adaptive
+  std::string mode = "solo";  // solo | majority | quorum:K | sync | adaptive | deadline:T
   size_t bytes = 4096;        // f32 gradient
   int steps = 20;
   double compute_us = 100;  // per step, every rank

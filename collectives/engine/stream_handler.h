@@ -23,9 +23,9 @@ class StreamHandler {
   // Returns the number of events handled (0: idle).
   virtual int advance() = 0;
   // When advance() must run again although no message or post comes (a timer of the stream's
-  // own); max: never. Asked after every advance(); an idle engine sleeps no longer. No stream
-  // sets one since adaptive rounds stopped timing out (adaptive_regime.h); a mode with timed
-  // rounds (a deadline) would.
+  // own); max: never. Asked after every advance(); an idle engine sleeps no longer. Partial
+  // streams set one while a round waits for room in a peer's box, and deadline(T) rounds at their
+  // coordinator.
   virtual std::chrono::steady_clock::time_point next_due() const {
     return std::chrono::steady_clock::time_point::max();
   }

@@ -1,6 +1,8 @@
 // What PartialAllreduce::create() settles with the other ranks before the object exists.
 #include "collectives/partial/partial_create.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +19,8 @@ namespace eagercomm::detail {
 
 namespace {
 
+constexpr uint32_t kLastKind = static_cast<uint32_t>(PartialKind::kDeadline);
+
 // What every rank must agree on, exchanged at creation.
 struct Descriptor {
   uint64_t count;
@@ -29,6 +33,7 @@ struct Descriptor {
   uint32_t result_depth;
   uint32_t stream;
   uint32_t solo_speedup_permille;
+  uint64_t deadline_us;  // kDeadline's T (0: auto)
 };
 static_assert(sizeof(Descriptor) % 8 == 0);
 
@@ -40,6 +45,10 @@ Descriptor describe_args(size_t count, DataType type, PartialMode mode, const Pa
   d.dtype = static_cast<uint32_t>(type);
   d.kind = static_cast<uint32_t>(mode.kind);
   d.quorum = mode.quorum;
+  // Only a deadline mode has one; a negative one is refused by validate().
+  d.deadline_us = mode.kind != PartialKind::kDeadline ? 0
+                  : mode.deadline.count() < 0         ? UINT64_MAX
+                                              : static_cast<uint64_t>(mode.deadline.count());
   d.late = static_cast<uint32_t>(o.late);
   d.sync_every = o.sync_every;
   d.result_depth = o.result_depth;
@@ -75,10 +84,12 @@ std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_
   };
   if (a.count != b.count) return say("count", a.count, b.count);
   if (a.dtype != b.dtype) return say_names("dtype", type_name(a.dtype), type_name(b.dtype));
-  if (a.kind != b.kind || a.quorum != b.quorum) {
+  if (a.kind != b.kind || a.quorum != b.quorum || a.deadline_us != b.deadline_us) {
     auto name = [](const Descriptor& d) {
-      return d.kind <= 4 ? PartialMode{static_cast<PartialKind>(d.kind), d.quorum}.name()
-                         : std::string("mode ") + std::to_string(d.kind);
+      return d.kind <= kLastKind ? PartialMode{static_cast<PartialKind>(d.kind), d.quorum,
+                                               std::chrono::microseconds(d.deadline_us)}
+                                       .name()
+                                 : std::string("mode ") + std::to_string(d.kind);
     };
     snprintf(buf, sizeof(buf), "partial allreduce: rank %d created it in mode %s but rank %d in %s",
              rank_a, name(a).c_str(), rank_b, name(b).c_str());
@@ -105,7 +116,7 @@ Status validate(const Descriptor& d, int size) {
                        "DataType",
                        d.dtype);
   }
-  if (d.kind > 4) {
+  if (d.kind > kLastKind) {
     return make_status(StatusCode::kInvalidArgument,
                        "partial allreduce: mode %u is not a "
                        "PartialKind",
@@ -115,6 +126,18 @@ Status validate(const Descriptor& d, int size) {
     return make_status(StatusCode::kInvalidArgument,
                        "partial allreduce: quorum(%d) with %d ranks (accepted: 1 .. %d)", d.quorum,
                        size, size);
+  }
+  if (d.kind == static_cast<uint32_t>(PartialKind::kDeadline) &&
+      d.deadline_us >
+          static_cast<uint64_t>(std::chrono::microseconds(PartialMode::kMaxDeadline).count())) {
+    if (d.deadline_us == UINT64_MAX) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "partial allreduce: a negative deadline (accepted: 1 us .. 1 h, or 0: "
+                         "auto)");
+    }
+    return make_status(StatusCode::kInvalidArgument,
+                       "partial allreduce: deadline of %llu us (accepted: 1 us .. 1 h, or 0: auto)",
+                       static_cast<unsigned long long>(d.deadline_us));
   }
   if (d.solo_speedup_permille == UINT32_MAX) {
     return make_status(StatusCode::kInvalidArgument,

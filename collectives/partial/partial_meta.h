@@ -8,10 +8,12 @@
 //
 // Layout: one 32-bit word per rank (age + 1 in 16 bits, posts in 15, fresh in 1), then, for
 // adaptive objects only, a second section of one word per rank (compute time in 26 bits, measured
-// posts in 6). A word takes 8 bytes in every type (two float32 elements of 16-bit digits, four
-// bf16 ones of 8 bits, ...), so a round carries 8 bytes per rank (16 adaptive), where three words
-// per rank for every mode made 24: the tail is O(P) in every message of every round, and at
-// P = 1024 it was 24 KiB against 4 KiB of data (bench/RESULTS.md, "Activation latency").
+// posts in 6). deadline(auto) objects have the second section too: the round's coordinator puts
+// its arrival spread in its slot's time, with `measured` 1 (deadline_tuner.h). A word takes 8 bytes
+// in every type (two float32 elements of 16-bit digits, four bf16 ones of 8 bits, ...), so a round
+// carries 8 bytes per rank (16 adaptive), where three words per rank for every mode made 24: the
+// tail is O(P) in every message of every round, and at P = 1024 it was 24 KiB against 4 KiB of data
+// (bench/RESULTS.md, "Activation latency").
 #pragma once
 
 #include <cstddef>

@@ -80,8 +80,12 @@ struct PartialShared {
   size_t tail_bytes = 0;  // the round metadata after them (partial_meta.h)
   PartialMode mode;
   PartialOptions options;
-  // Whether the tail has the adaptive section (compute times): only adaptive objects read it.
-  bool meta_compute() const { return mode.kind == PartialKind::kAdaptive; }
+  // Whether the tail has the second section: adaptive objects' compute times, deadline(auto)'s
+  // arrival spreads (deadline_tuner.h).
+  bool meta_compute() const {
+    return mode.kind == PartialKind::kAdaptive ||
+           (mode.kind == PartialKind::kDeadline && mode.deadline.count() == 0);
+  }
   std::shared_ptr<CommCore> core;  // outlives every buffer (they are its transport's memory)
   // Rounds of up to EAGERCOMM_SMALL_MAX_BYTES on transports that map allocations: every rank
   // stores its contribution into every peer's box of the round, which is also how a peer that

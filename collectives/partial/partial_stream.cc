@@ -45,8 +45,11 @@ PartialStream::PartialStream(CommCore& core, std::shared_ptr<PartialShared> shar
     const uint64_t window =
         std::max<uint64_t>(kAdaptiveWindow, uint64_t{shared_->options.result_depth} + 2);
     regime_.emplace(P_, window, shared_->options.solo_speedup);
-    metas_.resize(static_cast<size_t>(P_));
   }
+  if (shared_->mode.kind == PartialKind::kDeadline && shared_->mode.deadline.count() == 0) {
+    tuner_.emplace();
+  }
+  if (regime_) metas_.resize(static_cast<size_t>(P_));
   data_sig_.coll = static_cast<uint8_t>(CollKind::kAllreduce);
   data_sig_.dtype = static_cast<uint8_t>(shared_->type);
   data_sig_.redop = static_cast<uint8_t>(ReduceOp::kSum);
@@ -140,12 +143,52 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
 int PartialStream::advance() {
   int events = drain_events();
   if (boxes_) notice_box_arrivals();
+  if (!deadlines_.empty()) events += expire_deadlines();
   while (activated_ < want_ && activate_next()) ++events;
   while (activated_ < early_ && activated_ >= want_ && activate_next(false)) ++events;
   events += start_taken();
   events += deliver();
   if (boxes_) watch_room();
+  update_due();
   return events;
+}
+
+void PartialStream::start_deadline(uint64_t round) {
+  if (shared_->mode.kind != PartialKind::kDeadline || synchronous(round)) return;
+  if (deadlines_.count(round) != 0) return;
+  std::chrono::microseconds t = shared_->mode.deadline;
+  if (tuner_) {
+    if (!tuner_->deadline()) return;  // nothing measured yet: the round waits for everybody
+    t = *tuner_->deadline();
+  }
+  deadlines_[round] = RuntimeClock::now() + t;
+}
+
+int PartialStream::expire_deadlines() {
+  const auto now = RuntimeClock::now();
+  int n = 0;
+  for (auto it = deadlines_.begin(); it != deadlines_.end() && it->second <= now;) {
+    const uint64_t round = it->first;
+    it = deadlines_.erase(it);
+    if (closed_ || round < activated_) continue;
+    EC_TRACE(kPartial, "partial allreduce: round %llu set off by its deadline",
+             static_cast<unsigned long long>(round));
+    arrivals_.erase(round);
+    trigger(round);
+    ++n;
+  }
+  return n;
+}
+
+void PartialStream::update_due() {
+  auto due = room_due_;
+  if (!deadlines_.empty()) {
+    due =
+        std::min(due, std::min_element(deadlines_.begin(), deadlines_.end(), [](auto& a, auto& b) {
+                        return a.second < b.second;
+                      })->second);
+  }
+  due_ = due;
 }
 
 void PartialStream::notice_box_arrivals() {
@@ -179,9 +222,9 @@ void PartialStream::watch_room() {
   }
   // The clock only while waiting: every progress pass comes here.
   if (waiting) {
-    due_ = RuntimeClock::now() + kRoomPoll;
-  } else if (due_ != std::chrono::steady_clock::time_point::max()) {
-    due_ = std::chrono::steady_clock::time_point::max();
+    room_due_ = RuntimeClock::now() + kRoomPoll;
+  } else if (room_due_ != std::chrono::steady_clock::time_point::max()) {
+    room_due_ = std::chrono::steady_clock::time_point::max();
   }
 }
 
@@ -270,7 +313,11 @@ void PartialStream::count_arrival(uint64_t round, int peer) {
   if (round < activated_) return;  // already active
   std::vector<bool>& seen = arrivals_[round];
   if (seen.empty()) seen.assign(P_, false);
+  if (tuner_ && !seen[peer]) {
+    arrival_ns_[round].push_back(RuntimeClock::now().time_since_epoch().count());
+  }
   seen[peer] = true;
+  start_deadline(round);
   check_quorum(round);
 }
 
@@ -318,6 +365,12 @@ bool PartialStream::activate_next(bool activating) {
   activated_ = round + 1;
   shared_->activated.store(activated_, std::memory_order_release);
   arrivals_.erase(round);
+  deadlines_.erase(round);
+  if (auto it = arrival_ns_.find(round); it != arrival_ns_.end()) {
+    spreads_[round] =
+        DeadlineTuner::spread_us(it->second, P_, RuntimeClock::now().time_since_epoch().count());
+    arrival_ns_.erase(it);
+  }
   // A flush is over once its round is active here; its flushing marks no longer count.
   for (auto it = flush_rounds_.begin(); it != flush_rounds_.end() && it->second <= round;) {
     flush_done_ = std::max(flush_done_, it->first);
@@ -368,6 +421,17 @@ void PartialStream::start(uint64_t index, Round& round) {
   mine.posts = static_cast<int>(std::min<uint32_t>(buf.posts, INT32_MAX));
   mine.compute_us = static_cast<uint32_t>(std::min<uint64_t>(buf.compute_us, UINT32_MAX));
   mine.measured = static_cast<int>(std::min<uint32_t>(buf.measured, INT32_MAX));
+  if (tuner_) {
+    // deadline(auto): the compute section carries the coordinator's arrival spread (measured 1)
+    // in its slot, nothing in the others' (deadline_tuner.h).
+    mine.compute_us = 0;
+    mine.measured = 0;
+    if (auto it = spreads_.find(index); it != spreads_.end()) {
+      mine.compute_us = it->second;
+      mine.measured = 1;
+      spreads_.erase(it);
+    }
+  }
   write_rank_meta(tail, shared_->type, P_, r_, mine, shared_->meta_compute());
   round.started = true;
 
@@ -407,6 +471,11 @@ int PartialStream::deliver() {
       break;
     }
     RoundRecord record{delivered_, round.buffer};
+    if (tuner_) {
+      const RankMeta spread = read_rank_meta(shared_->tail(round.buffer), shared_->type, P_,
+                                             shared_->coordinator(delivered_), true);
+      if (spread.measured > 0) tuner_->observe(spread.compute_us);
+    }
     if (regime_) {
       const void* tail = shared_->tail(round.buffer);
       for (int p = 0; p < P_; ++p) metas_[p] = read_rank_meta(tail, shared_->type, P_, p, true);
@@ -489,6 +558,8 @@ void PartialStream::close(const Status& why) {
   const Status& cause = broken ? broken_why_ : why;
   core_.send_stream_closed(h, cause.message());
   arrivals_.clear();
+  deadlines_.clear();
+  arrival_ns_.clear();
   break_from(from, why);
 }
 

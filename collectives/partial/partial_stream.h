@@ -1,7 +1,8 @@
 // Internal: the engine side of a partial allreduce. Not installed.
 //
 // Runs the rounds of one PartialAllreduce: decides when a round activates (from this rank's
-// posts, the activation flood, coordinators' quorum counts, data of the round arriving), takes
+// posts, the activation flood, coordinators' quorum counts and deadlines, data of the round
+// arriving), takes
 // the open contribution, starts the round's allreduce (the data, with this rank's metadata in its
 // tail: partial_meta.h), and
 // delivers results in round order. Called only by the engine's current driver.
@@ -39,6 +40,7 @@
 #include "collectives/algorithms/algorithms.h"
 #include "collectives/engine/stream_handler.h"
 #include "collectives/partial/adaptive_regime.h"
+#include "collectives/partial/deadline_tuner.h"
 #include "collectives/partial/flood_order.h"
 #include "collectives/partial/partial_shared.h"
 
@@ -103,9 +105,20 @@ class PartialStream final : public StreamHandler {
     return shared_->synchronous(round) || (regime_ && !regime_->solo(round));
   }
   bool counted(uint64_t round) const {
-    return synchronous(round) || shared_->mode.kind == PartialKind::kQuorum;
+    return synchronous(round) || shared_->mode.kind == PartialKind::kQuorum ||
+           shared_->mode.kind == PartialKind::kDeadline;
   }
-  int quorum(uint64_t round) const { return synchronous(round) ? P_ : shared_->mode.quorum; }
+  int quorum(uint64_t round) const {
+    return !synchronous(round) && shared_->mode.kind == PartialKind::kQuorum ? shared_->mode.quorum
+                                                                             : P_;
+  }
+  // deadline(T): a round this rank coordinates and that is not synchronous gets its timer with
+  // the first arrival counted (none while deadline(auto) has no T yet).
+  void start_deadline(uint64_t round);
+  // deadline(T): sets off the rounds whose timer ran out; returns how many.
+  int expire_deadlines();
+  // next_due(): the earliest of the room poll and the deadlines.
+  void update_due();
   // Activates `round` if this rank's posts in it are what the mode waits for (also a round it
   // entered early).
   void consider_trigger(uint64_t round);
@@ -136,10 +149,18 @@ class PartialStream final : public StreamHandler {
   uint64_t want_ = 0;       // rounds that should be entered (back-pressure may hold them back)
   uint64_t early_ = 0;      // round boxes: rounds to enter early, on this rank's fresh posts
   uint64_t delivered_ = 0;  // rounds handed to the application queue
-  std::map<uint64_t, Round> rounds_;                     // entered, not delivered
-  std::map<uint64_t, std::vector<bool>> arrivals_;       // coordinator: fresh posts per round
-  std::optional<AdaptiveRegime> regime_;                 // adaptive: solo or synchronous rounds
-  std::vector<RankMeta> metas_;                          // adaptive: a delivered round's metadata
+  std::map<uint64_t, Round> rounds_;                // entered, not delivered
+  std::map<uint64_t, std::vector<bool>> arrivals_;  // coordinator: fresh posts per round
+  std::optional<AdaptiveRegime> regime_;            // adaptive: solo or synchronous rounds
+  std::optional<DeadlineTuner> tuner_;              // deadline(auto): T
+  std::vector<RankMeta> metas_;                     // adaptive: a delivered round's metadata
+  // deadline(T), coordinator: when each counted round not yet active is set off regardless.
+  std::map<uint64_t, std::chrono::steady_clock::time_point> deadlines_;
+  // deadline(auto), coordinator: when the fresh posts of rounds not yet active arrived (ns), and
+  // the spread of rounds activated, not yet started, that their metadata will carry.
+  std::map<uint64_t, std::vector<int64_t>> arrival_ns_;
+  std::map<uint64_t, uint32_t> spreads_;
+  std::chrono::steady_clock::time_point room_due_ = std::chrono::steady_clock::time_point::max();
   std::map<uint64_t, std::vector<InMessage*>> stashed_;  // messages of rounds not started
   uint64_t broken_from_ = std::numeric_limits<uint64_t>::max();
   Status broken_why_;

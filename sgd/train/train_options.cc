@@ -67,7 +67,8 @@ Result<std::vector<PartialMode>> to_modes(const std::string& option, const std::
     Result<PartialMode> m = parse_partial_mode(item);
     if (!m.ok()) {
       return bad(option, value,
-                 "modes are sync, solo, majority, quorum:K and adaptive (comma-separated)");
+                 "modes are sync, solo, majority, quorum:K, adaptive and deadline:T (T a duration "
+                 "such as 5ms, or auto; comma-separated)");
     }
     // The report aggregates the runs of a mode over the seeds: a mode listed twice would merge.
     for (const PartialMode& seen : out) {
@@ -107,7 +108,8 @@ Result<std::vector<uint64_t>> to_seeds(const std::string& option, const std::str
 std::string train_usage() {
   return R"(usage: eagercomm-train [options]     (start with eagercomm-run -n P, mpirun or torchrun)
   --model M          cnn | resnet20 (Fashion-MNIST) | lstm (variable-length sequences) [cnn]
-  --mode LIST        sync,solo,majority,quorum:K,adaptive, trained one after the other [solo]
+  --mode LIST        sync,solo,majority,quorum:K,adaptive,deadline:T (T: 5ms, auto...),
+                     trained one after the other [solo]
   --epochs N         epochs per mode [1]
   --eager-epochs N   epochs of the eager modes, to measure time to sync's accuracy when they
                      need more; accuracy at equal epochs is read after --epochs [--epochs]

@@ -192,10 +192,13 @@ static float post_value(int rank, int step, int i) {
   return (float)((rank + 1) * (step + 1) + i % 4);
 }
 
-static void check_partial(ec_comm* comm, int rank, int size, ec_partial_mode mode) {
+static void check_partial(ec_comm* comm, int rank, int size, ec_partial_mode mode,
+                          uint32_t deadline_us) {
   ec_partial_options opts;
   ec_partial_options_init(&opts);
+  if (opts.deadline_us != 0) fail("ec_partial_options_init left deadline_us non-zero");
   opts.mode = mode;
+  opts.deadline_us = deadline_us;
   opts.seed = 7;
   ec_partial* pa = NULL;
   MUST(ec_partial_create(comm, PN, EC_FLOAT32, &opts, &pa));
@@ -318,6 +321,11 @@ static void check_bad_input(ec_comm* comm, int rank, int size) {
   opts.mode = (ec_partial_mode)9;
   expect_error("partial create with mode 9", ec_partial_create(comm, 8, EC_FLOAT32, &opts, &pa),
                EC_INVALID_ARGUMENT, "ec_partial_create", "mode 9");
+  opts.mode = EC_PARTIAL_DEADLINE;
+  opts.deadline_us = 4000000000u;
+  expect_error("partial create with a deadline over 1 h",
+               ec_partial_create(comm, 8, EC_FLOAT32, &opts, &pa), EC_INVALID_ARGUMENT,
+               "ec_partial_create", "deadline of 4000000000 us");
   expect_error("partial post on a null handle", ec_partial_post(NULL, buf, 8, EC_FLOAT32),
                EC_INVALID_ARGUMENT, "ec_partial_post", "null ec_partial");
   /* A communicator handle where a partial allreduce is expected. */
@@ -420,9 +428,11 @@ int main(void) {
   check_allreduce(comm, rank, size);
   check_broadcast_allgather_barrier(comm, rank, size);
   check_bad_input(comm, rank, size);
-  check_partial(comm, rank, size, EC_PARTIAL_SOLO);
-  check_partial(comm, rank, size, EC_PARTIAL_MAJORITY);
-  check_partial(comm, rank, size, EC_PARTIAL_SYNC);
+  check_partial(comm, rank, size, EC_PARTIAL_SOLO, 0);
+  check_partial(comm, rank, size, EC_PARTIAL_MAJORITY, 0);
+  check_partial(comm, rank, size, EC_PARTIAL_SYNC, 0);
+  check_partial(comm, rank, size, EC_PARTIAL_DEADLINE, 1000);
+  check_partial(comm, rank, size, EC_PARTIAL_DEADLINE, 0);
   check_from_store(comm, rank, size);
 
   /* Abort, then destroy: every later call fails with EC_ABORTED carrying the reason. */

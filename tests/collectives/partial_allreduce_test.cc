@@ -18,6 +18,7 @@
 #include "collectives/kernels/element_value.h"
 #include "collectives/kernels/reduce_kernels.h"
 #include "collectives/partial/adaptive_regime.h"
+#include "collectives/partial/deadline_tuner.h"
 #include "collectives/partial/flood_order.h"
 #include "collectives/partial/partial_meta.h"
 #include "tests/collectives/partial_scenario.h"
@@ -37,9 +38,11 @@ struct ModeCase {
 };
 
 std::vector<PartialMode> modes_for(int P) {
-  std::vector<PartialMode> m = {PartialMode::sync(), PartialMode::solo(), PartialMode::majority(),
-                                PartialMode::quorum_of(std::max(1, P / 2)),
-                                PartialMode::adaptive()};
+  std::vector<PartialMode> m = {
+      PartialMode::sync(),         PartialMode::solo(),
+      PartialMode::majority(),     PartialMode::quorum_of(std::max(1, P / 2)),
+      PartialMode::adaptive(),     PartialMode::deadline_of(std::chrono::microseconds(300)),
+      PartialMode::deadline_auto()};
   return m;
 }
 
@@ -236,6 +239,19 @@ INSTANTIATE_TEST_SUITE_P(P, PartialInvariants,
                                   (std::get<1>(info.param) ? "_boxes" : "_messages");
                          });
 
+// Rounds [from, to) of rank 0's results before the flush round: how many had every rank fresh.
+std::pair<int, int> all_fresh_rounds(const std::vector<RankRecord>& rec, int ranks, uint64_t from,
+                                     uint64_t to) {
+  const uint64_t end = std::min(to, rounds_before_flush(rec));
+  int all_fresh = 0, n = 0;
+  for (const Received& x : rec[0].results) {
+    if (x.round < from || x.round >= end) continue;
+    all_fresh += x.fresh_count == ranks;
+    ++n;
+  }
+  return {all_fresh, n};
+}
+
 // Rank 3 sleeps 200 ms before each of its `slow_iterations` posts; the others post `iterations`
 // times without delay and must finish well within `limit_ms`.
 void expect_fast_ranks_go_on(PartialMode mode, int iterations, int slow_iterations,
@@ -260,6 +276,84 @@ void expect_fast_ranks_go_on(PartialMode mode, int iterations, int slow_iteratio
 TEST(PartialAllreduce, SoloFastRanksDoNotWaitForAStraggler) {
   // 20 rounds at the straggler's pace would take 4000 ms; a fast rank must be far quicker.
   expect_fast_ranks_go_on(PartialMode::solo(), 20, 3, 1500.0);
+}
+
+TEST(PartialAllreduce, DeadlineFastRanksWaitAtMostTForAStraggler) {
+  // Ten rounds wait 20 ms each for the straggler's 200 ms sleeps (synchronous rounds: 2000 ms in
+  // all, measured).
+  expect_fast_ranks_go_on(PartialMode::deadline_of(std::chrono::milliseconds(20)), 20, 10, 1500.0);
+}
+
+// deadline(T): a round every rank posts to within T waits for all of them (it is synchronous);
+// a round a rank misses is set off T after the coordinator's first arrival, not sooner.
+TEST(PartialAllreduce, DeadlineWaitsForEveryRankWithinTAndNoLonger) {
+  {
+    // Random delays up to 1 ms, T = 2 s: every round before the flush has every rank fresh.
+    Scenario s;
+    s.ranks = 4;
+    s.mode = PartialMode::deadline_of(std::chrono::seconds(2));
+    s.iterations = 60;
+    s.delay_probability = 1.0;
+    s.max_delay_us = 1000;
+    auto rec = run_scenario(s);
+    if (HasFailure()) return;
+    expect_conservation_and_replicas(s, rec, "deadline(2s)");
+    const auto [all_fresh, n] = all_fresh_rounds(rec, s.ranks, 0, UINT64_MAX);
+    ASSERT_GT(n, 30);
+    EXPECT_EQ(all_fresh, n) << all_fresh << " of " << n << " rounds had every rank";
+  }
+  // Rank 1 posts 1.5 s late into round 0, whose coordinator is rank 0; T = 100 ms.
+  constexpr auto kT = std::chrono::milliseconds(100);
+  auto w = World::make(2, test_config());
+  std::vector<double> took_ms(2, 0);
+  std::vector<int> fresh(2, -1);
+  w->run([&](int rank, Communicator& comm) {
+    auto pa = PartialAllreduce::create(comm, 8, DataType::kFloat32, PartialMode::deadline_of(kT));
+    ASSERT_TRUE(pa.ok()) << pa.status().to_string();
+    std::vector<float> g(8, 1.0f);
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(pa.value()->post(g.data(), 8, DataType::kFloat32).ok());
+    auto r = pa.value()->wait();
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    took_ms[rank] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    fresh[rank] = r.value().fresh_count();
+    EXPECT_EQ(r.value().round(), 0u);
+    ASSERT_TRUE(pa.value()->flush([](const RoundResult&) { return Status::Ok(); }).ok());
+  });
+  EXPECT_EQ(fresh[0], 1) << "round 0 went without the late rank";
+  EXPECT_EQ(fresh[1], 1);
+  EXPECT_GE(took_ms[0], 95.0) << "set off before its deadline";
+  EXPECT_LT(took_ms[0], 1400.0) << "waited for the late rank instead of T";
+}
+
+TEST(DeadlineTuner, TIsTwiceTheMedianSpreadOverSixteenRounds) {
+  using detail::DeadlineTuner;
+  // The coordinator's measure: the median rank's arrival after the first (8 ranks: the 4th), in
+  // any order; a round set off before half the ranks arrived reports how long it waited.
+  std::vector<int64_t> arrivals = {9'000'000, 1'000'000, 1'030'000, 1'010'000,
+                                   1'020'000, 1'040'000, 1'050'000, 1'060'000};
+  EXPECT_EQ(DeadlineTuner::spread_us(arrivals, 8, 9'500'000), 30u);
+  std::vector<int64_t> three = {2'000'000, 2'100'000, 2'200'000};
+  EXPECT_EQ(DeadlineTuner::spread_us(three, 8, 2'700'000), 700u) << "cut off: a lower bound";
+  std::vector<int64_t> none;
+  EXPECT_EQ(DeadlineTuner::spread_us(none, 8, 5), 0u);
+
+  DeadlineTuner tuner;
+  for (int k = 0; k < 15; ++k) {
+    tuner.observe(k % 3 == 0 ? 5000 : 30);  // every third round slow: above the median
+    EXPECT_FALSE(tuner.deadline()) << "no T before 16 rounds were measured (round " << k << ")";
+  }
+  tuner.observe(30);
+  ASSERT_TRUE(tuner.deadline());
+  EXPECT_EQ(tuner.deadline()->count(), 60);
+  // Rounds cut off at T report at least T: once they are the median, T doubles.
+  for (int k = 0; k < 16; ++k) tuner.observe(60);
+  EXPECT_EQ(tuner.deadline()->count(), 120);
+  // Everybody at once: the floor.
+  for (int k = 0; k < 16; ++k) tuner.observe(0);
+  EXPECT_EQ(*tuner.deadline(), DeadlineTuner::kMinDeadline);
 }
 
 // Rounds through boxes in every mode, while no rank flushes (the first half of each rank's
@@ -486,19 +580,6 @@ TEST(AdaptiveRegime, RoundsWithoutMeasuredPostsAndRoundsOutOfOrderCountForNothin
   EXPECT_TRUE(regime.solo(8));
   // Rank 0 was slow in rounds 0, 2, 4, 6 and fast in 1, 3, 7: the slowest mean.
   EXPECT_NEAR(regime.predicted_speedup(), 100.0 / ((100.0 * 4 + 10.0 * 3) / 7), 1e-9);
-}
-
-// Rounds [from, to) of rank 0's results before the flush round: how many had every rank fresh.
-std::pair<int, int> all_fresh_rounds(const std::vector<RankRecord>& rec, int ranks, uint64_t from,
-                                     uint64_t to) {
-  const uint64_t end = std::min(to, rounds_before_flush(rec));
-  int all_fresh = 0, n = 0;
-  for (const Received& x : rec[0].results) {
-    if (x.round < from || x.round >= end) continue;
-    all_fresh += x.fresh_count == ranks;
-    ++n;
-  }
-  return {all_fresh, n};
 }
 
 // Adaptive rounds are synchronous until two windows (16 rounds each at result_depth 4) are

@@ -137,6 +137,44 @@ TEST(PartialBadInput, ModesAndOptionsOutOfRangeAreRejectedOnEveryRank) {
   EXPECT_FALSE(parse_partial_mode("fast").ok());
   EXPECT_EQ(parse_partial_mode("quorum(3)").value().quorum, 3);
   EXPECT_EQ(parse_partial_mode("quorum:2").value().kind, PartialKind::kQuorum);
+  // Deadlines: a duration from 1 us to 1 h, or auto; the name reads back.
+  EXPECT_EQ(parse_partial_mode("deadline:5ms").value().name(), "deadline(5ms)");
+  EXPECT_EQ(parse_partial_mode("deadline(250us)").value().deadline.count(), 250);
+  EXPECT_EQ(parse_partial_mode("deadline:auto").value().name(), "deadline(auto)");
+  EXPECT_EQ(parse_partial_mode("deadline(auto)").value().deadline.count(), 0);
+  for (const char* bad : {"deadline:0", "deadline:2h", "deadline:", "deadline:soon", "deadline(5ms",
+                          "deadline:-1ms", "deadline:100ns"}) {
+    Result<PartialMode> m = parse_partial_mode(bad);
+    ASSERT_FALSE(m.ok()) << bad;
+    EXPECT_NE(m.status().message().find("deadline"), std::string::npos)
+        << bad << ": " << m.status().message();
+  }
+  // Out of range through the C++ API, and ranks that disagree on T: refused, naming it.
+  for (auto t : {std::chrono::microseconds(-5), std::chrono::microseconds(3'600'000'001)}) {
+    auto res = create_all(
+        *w, [](int) { return 4; }, [t](int) { return PartialMode::deadline_of(t); },
+        [](int) { return PartialOptions{}; });
+    for (int r = 0; r < P; ++r) {
+      ASSERT_FALSE(res[r].ok());
+      EXPECT_EQ(res[r].status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(res[r].status().message().find("deadline"), std::string::npos)
+          << res[r].status().message();
+    }
+  }
+  auto deadlines = create_all(
+      *w, [](int) { return 4; },
+      [](int r) {
+        return r == 1 ? PartialMode::deadline_auto()
+                      : PartialMode::deadline_of(std::chrono::milliseconds(5));
+      },
+      [](int) { return PartialOptions{}; });
+  for (int r = 0; r < P; ++r) {
+    ASSERT_FALSE(deadlines[r].ok());
+    EXPECT_NE(deadlines[r].status().message().find(
+                  "rank 0 created it in mode deadline(5ms) but rank 1 in deadline(auto)"),
+              std::string::npos)
+        << deadlines[r].status().message();
+  }
 }
 
 TEST(PartialBadInput, WrongPostsAndUseAfterDestroy) {

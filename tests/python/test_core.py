@@ -448,6 +448,8 @@ def main():
                  lambda c: check_partial(c, "solo", np.float32),
                  lambda c: check_partial(c, "majority", np.dtype(np.float64)),
                  lambda c: check_partial(c, "quorum:2", "int64"),
+                 lambda c: check_partial(c, "deadline:2ms", np.float32),
+                 lambda c: check_partial(c, "deadline:auto", np.float32),
                  check_abort_from_thread]
         for step in steps:
             try:

@@ -59,7 +59,7 @@ TEST(Explorer, DrawnSchedulesKeepThePartialInvariants) {
       static_cast<unsigned long long>(bounded), static_cast<unsigned long long>(rounds));
   // The draws covered what they are meant to (else the invariants were checked on less).
   if (n >= 200 && failed == 0) {
-    EXPECT_EQ(modes.size(), 5u);
+    EXPECT_EQ(modes.size(), 6u);     // solo, majority, quorum, sync, adaptive, deadline
     EXPECT_GE(sizes.size(), 20u);    // 2 .. 9, and a tenth of the worlds 10 .. 24
     EXPECT_GT(*sizes.rbegin(), 16);  // ranks with peers outside their partners
     EXPECT_GT(destroyed, n / 200);   // leaves by destroy(), not only deaths
