@@ -224,16 +224,16 @@ void print_imbalance(FILE* out, const Options& o, int ranks, const std::string& 
     std::fprintf(out, "# mode %s: %s's allreduce (%s)\n", b.name.c_str(), b.name.c_str(),
                  b.description.c_str());
   }
-  std::fprintf(out, "#%7s %10s %12s %9s %9s %9s %9s %9s %6s %7s %5s %7s %7s", "delay", "size",
+  std::fprintf(out, "#%7s %10s %14s %9s %9s %9s %9s %9s %6s %7s %5s %7s %7s", "delay", "size",
                "mode", "fast med", "fast p99", "fast mean", "slow med", "slow p99", "fresh",
                "stale", "stale", "fast vs", "mean vs");
   if (vs) std::fprintf(out, " %7s", "fast vs");
-  std::fprintf(out, "\n#%7s %10s %12s %9s %9s %9s %9s %9s %6s %7s %5s %7s %7s", "(ms)", "(B)", "",
+  std::fprintf(out, "\n#%7s %10s %14s %9s %9s %9s %9s %9s %6s %7s %5s %7s %7s", "(ms)", "(B)", "",
                "(ms)", "(ms)", "(ms)", "(ms)", "(ms)", "", "mean", "max", "full", "full");
   if (vs) std::fprintf(out, " %7s", vs_name.c_str());
   std::fprintf(out, "\n");
   for (const ImbalanceRow& r : rows) {
-    std::fprintf(out, " %7.1f %10zu %12s %9.3f %9.3f %9.3f %9.3f %9.3f %6.2f %7.2f %5d %7.2f %7.2f",
+    std::fprintf(out, " %7.1f %10zu %14s %9.3f %9.3f %9.3f %9.3f %9.3f %6.2f %7.2f %5d %7.2f %7.2f",
                  r.delay_ms, r.bytes, r.mode.c_str(), r.fast_median_ms, r.fast_p99_ms,
                  r.fast_mean_ms, r.slow_median_ms, r.slow_p99_ms, r.fresh_fraction, r.stale_mean,
                  r.stale_max, r.vs_full, r.vs_full_mean);

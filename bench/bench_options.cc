@@ -71,7 +71,7 @@ void print_usage() {
       "      --delayed K       ranks delayed per iteration [1]\n"
       "      --compute-ms C    every rank sleeps C ms per iteration before the delay [0]\n"
       "      --pattern P       fixed | random | linear | exp [fixed]\n"
-      "      --modes LIST      of full, solo, majority, quorum, quorum:K, sync "
+      "      --modes LIST      of full, solo, majority, quorum, quorum:K, sync, deadline:T "
       "[full,solo,majority,quorum]\n"
       "      --seed N          shared PRNG seed [1]\n"
       "      --result-depth N  rounds a rank may hold before it holds the others back [16]\n"
@@ -270,7 +270,7 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
       for (const std::string& m : o.modes) {
         if (m != "full" && m != "quorum" && !parse_partial_mode(m).ok()) {
           return make_status(StatusCode::kInvalidArgument,
-                             "--modes: '%s' is not one of full, solo, majority, quorum, "
+                             "--modes: '%s' is not one of full, solo, majority, quorum, deadline:T, "
                              "quorum:K, sync",
                              m.c_str());
         }

@@ -167,6 +167,22 @@ ec_status ec_partial_flush(ec_partial* pa, ec_round_fn fn, void* user_data, uint
   });
 }
 
+ec_status ec_partial_lateness(ec_partial* pa, int rank, ec_rank_lateness* out) {
+  return guarded("ec_partial_lateness", [&]() -> Status {
+    if (out == nullptr) return Status(StatusCode::kInvalidArgument, "null output pointer");
+    EC_ASSIGN_OR_RETURN(PartialAllreduce * p, partial_of(pa));
+    const std::vector<RankLateness> all = p->lateness();
+    if (rank < 0 || static_cast<size_t>(rank) >= all.size()) {
+      return make_status(StatusCode::kInvalidArgument, "rank %d is not in 0 .. %zu", rank,
+                         all.size() - 1);
+    }
+    const RankLateness& l = all[static_cast<size_t>(rank)];
+    *out = ec_rank_lateness{l.rounds, l.posts,       l.fresh,   l.late,
+                            l.absent, l.late_rounds, l.max_age, l.late_seconds};
+    return Status::Ok();
+  });
+}
+
 ec_status ec_partial_destroy(ec_partial* pa) {
   return guarded("ec_partial_destroy", [&]() -> Status {
     EC_ASSIGN_OR_RETURN(PartialAllreduce * p, partial_of(pa));

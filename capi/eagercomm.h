@@ -258,6 +258,23 @@ typedef void (*ec_round_fn)(const void* data, size_t count, const ec_round_info*
 EC_API ec_status ec_partial_flush(ec_partial* pa, ec_round_fn fn, void* user_data,
                                   uint64_t* flush_round);
 
+/* Straggler attribution: how often and how late rank `rank`'s contributions were, over the
+ * rounds this rank has taken (the same on every rank; collectives/partial_allreduce.h,
+ * RankLateness). */
+typedef struct ec_rank_lateness {
+  uint64_t rounds;      /* rounds taken */
+  uint64_t posts;       /* its posts those rounds summed */
+  uint64_t fresh;       /* rounds whose contribution from it held a post meant for the round */
+  uint64_t late;        /* rounds in which it contributed posts carried from earlier rounds */
+  uint64_t absent;      /* rounds it contributed nothing to */
+  uint64_t late_rounds; /* how many rounds late its oldest carried post was, summed */
+  int max_age;          /* the latest of them, in rounds */
+  double late_seconds;  /* late_rounds x the mean time between rounds here (an estimate) */
+} ec_rank_lateness;
+
+/* Fills *out with rank `rank`'s figures (0 <= rank < the communicator's size). */
+EC_API ec_status ec_partial_lateness(ec_partial* pa, int rank, ec_rank_lateness* out);
+
 /* Stops taking part: rounds in flight fail here, peers' later rounds fail with
  * EC_PEER_FAILED, later calls on `pa` return EC_ABORTED. Idempotent; the handle stays valid. */
 EC_API ec_status ec_partial_destroy(ec_partial* pa);

@@ -69,6 +69,15 @@ constexpr ConfigRow kCollectiveRows[] = {
             "messages per waiting call, once); raise it where many ranks share few cores, 0 "
             "never probes (such a mismatch then waits for EAGERCOMM_TIMEOUT)",
      .field = config_field<&CollectiveConfig::probe_after>()},
+    {.name = "EAGERCOMM_STRAGGLER_REPORT",
+     .kind = ConfigKind::kInt,
+     .default_text = "0",
+     .max = 1u << 30,
+     .doc = "every N rounds a partial allreduce takes, rank 0 logs the ranks that were not fresh "
+            "in at least half of them, how late their posts landed (rounds, and an estimate in "
+            "ms), or that there was none; a warning when it names a rank. 0: no report "
+            "(PartialAllreduce::lateness() has the figures either way)",
+     .field = config_field<&CollectiveConfig::straggler_report>()},
 };
 
 }  // namespace

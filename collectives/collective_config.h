@@ -23,6 +23,8 @@ struct CollectiveConfig {
   bool direct = true;                   // store into mapped peer memory if offered
   // A plain collective waiting this long sends its signature to every peer (0: never).
   std::chrono::nanoseconds probe_after = std::chrono::milliseconds(50);
+  // Every N rounds a partial allreduce takes, rank 0 logs its persistent stragglers (0: never).
+  uint32_t straggler_report = 0;
 };
 
 std::span<const ConfigRow> collective_config_rows();

@@ -15,6 +15,7 @@
 #include "collectives/communicator_impl.h"
 #include "collectives/engine/comm_core.h"
 #include "collectives/kernels/reduce_kernels.h"
+#include "collectives/partial/lateness_ledger.h"
 #include "collectives/partial/partial_create.h"
 #include "collectives/partial/partial_meta.h"
 #include "collectives/partial/partial_shared.h"
@@ -180,6 +181,7 @@ struct PartialAllreduce::Impl {
   // wait() (not across a flush(), after which comes evaluation, not a step) to the next post().
   std::chrono::steady_clock::time_point idle_since_{};
   bool measure_next_ = false;
+  std::unique_ptr<detail::LatenessLedger> ledger_;  // every rank's lateness (application thread)
 };
 
 PartialAllreduce::PartialAllreduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -225,6 +227,7 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   shared->open.store(PartialShared::pack(0, 0));
 
   std::unique_ptr<PartialAllreduce> pa(new PartialAllreduce(std::make_unique<Impl>(core, shared)));
+  pa->impl_->ledger_ = std::make_unique<detail::LatenessLedger>(P);
   pa->impl_->stream_ = std::make_unique<detail::PartialStream>(*core, shared);
   EC_RETURN_IF_ERROR(core->attach_stream(stream, pa->impl_->stream_.get()));
   // Rounds need every rank's engine while its application computes.
@@ -377,6 +380,16 @@ Result<std::optional<RoundResult>> PartialAllreduce::poll() {
   r.owner_ = impl_->shared_;
   r.buffer_ = record.buffer;
   ++impl_->consumed_;
+  impl_->ledger_->account(record.round, s.tail(record.buffer), s.type, RuntimeClock::now());
+  const uint32_t every = impl_->core_->config().straggler_report;
+  if (every > 0 && s.rank == 0 && impl_->ledger_->rounds() % every == 0) {
+    const std::string report = impl_->ledger_->window_report();
+    if (report.find("persistent stragglers") != std::string::npos) {
+      EC_WARN(kPartial, "partial allreduce %u: %s", s.stream, report.c_str());
+    } else {
+      EC_INFO(kPartial, "partial allreduce %u: %s", s.stream, report.c_str());
+    }
+  }
   return std::optional<RoundResult>(std::move(r));
 }
 
@@ -547,6 +560,8 @@ PartialStats PartialAllreduce::stats() const {
   out.rounds_in_boxes = s.round_boxes != nullptr;
   return out;
 }
+
+std::vector<RankLateness> PartialAllreduce::lateness() const { return impl_->ledger_->totals(); }
 
 size_t PartialAllreduce::count() const { return impl_->shared_->count; }
 DataType PartialAllreduce::type() const { return impl_->shared_->type; }

@@ -200,6 +200,30 @@ struct PartialStats {
   bool rounds_in_boxes = false;
 };
 
+// Straggler attribution: how often and how late one rank's contributions were, over the rounds
+// this rank has taken. Every rank takes the same rounds with the same metadata, so every rank
+// has the same figures (PartialAllreduce::lateness()). EAGERCOMM_STRAGGLER_REPORT=N makes rank 0
+// log every N rounds the ranks that were not fresh in at least half of them.
+struct RankLateness {
+  uint64_t rounds = 0;       // rounds taken
+  uint64_t posts = 0;        // its posts those rounds summed
+  uint64_t fresh = 0;        // rounds whose contribution from it held a post meant for the round
+  uint64_t late = 0;         // rounds in which it contributed posts carried from earlier rounds
+  uint64_t absent = 0;       // rounds it contributed nothing to
+  uint64_t late_rounds = 0;  // how many rounds late its oldest carried post was, summed over those
+  int max_age = 0;           // the latest of them, in rounds
+  // late_rounds times the mean time between rounds measured on this rank: an estimate of the
+  // time its late posts were late by, summed (the rounds carry no arrival times).
+  double late_seconds = 0;
+  // Its posts that missed the round they were meant for, as a fraction of its posts (0 before
+  // any): how often it was the straggler. (A round it had no post for is not a miss: under solo
+  // there are more rounds than any rank's posts.)
+  double late_fraction() const {
+    return posts ? static_cast<double>(posts - std::min(posts, fresh)) / static_cast<double>(posts)
+                 : 0;
+  }
+};
+
 class PartialAllreduce {
  public:
   // Collective: every rank of `comm` calls it, in the same order relative to its other
@@ -249,6 +273,8 @@ class PartialAllreduce {
   void destroy();
 
   PartialStats stats() const;
+  // Every rank's lateness (index: rank) over the rounds this rank has taken; application thread.
+  std::vector<RankLateness> lateness() const;
   size_t count() const;
   DataType type() const;
   PartialMode mode() const;

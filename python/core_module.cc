@@ -376,6 +376,17 @@ class PyPartial {
                      "dropped_posts"_a = s.dropped_posts, "rounds_activated"_a = s.rounds_activated,
                      "rounds_delivered"_a = s.rounds_delivered);
   }
+  // Straggler attribution: one dict per rank (RankLateness).
+  pyb::list lateness() const {
+    pyb::list out;
+    for (const RankLateness& l : pa_->lateness()) {
+      out.append(pyb::dict(
+          "rounds"_a = l.rounds, "posts"_a = l.posts, "fresh"_a = l.fresh, "late"_a = l.late,
+          "absent"_a = l.absent, "late_rounds"_a = l.late_rounds, "max_age"_a = l.max_age,
+          "late_seconds"_a = l.late_seconds, "late_fraction"_a = l.late_fraction()));
+    }
+    return out;
+  }
 
  private:
   void check_layout(const BufferRef& b, const char* call) const {
@@ -481,6 +492,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("dtype", &PyPartial::dtype)
       .def_property_readonly("mode", &PyPartial::mode)
       .def_property_readonly("stats", &PyPartial::stats)
+      .def("lateness", &PyPartial::lateness,
+           "Straggler attribution: per rank, rounds it was fresh, late (carried) or absent in, "
+           "how many rounds late its carried posts landed, and an estimate in seconds")
       .def("__enter__", [](pyb::object self) { return self; })
       .def("__exit__", [](PyPartial& self, pyb::args) { self.destroy(); });
 }

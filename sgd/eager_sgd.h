@@ -133,6 +133,9 @@ class EagerSgd {
   Status finish();
 
   const SgdStats& stats() const { return stats_; }
+  // Straggler attribution: every rank's lateness over the rounds applied so far (index: rank;
+  // PartialAllreduce::lateness()).
+  std::vector<RankLateness> lateness() const { return pa_->lateness(); }
   // Rounds applied so far (the model version): identical on every rank after finish().
   uint64_t version() const { return stats_.rounds_applied; }
   double current_lr() const { return options_.lr.at(stats_.rounds_applied); }

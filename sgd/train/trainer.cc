@@ -278,6 +278,7 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
   report.steps = st.steps;
   report.waiting_s = std::chrono::duration<double>(st.waiting).count();
   report.mean_momentum = st.mean_momentum();
+  report.lateness = opt->lateness();
   return report;
 }
 
@@ -566,6 +567,22 @@ std::string reports_to_json(const std::vector<ModeReport>& reports, const TrainO
                     "\"loss\": %s}",
                     e ? ", " : "", p.epoch, static_cast<unsigned long long>(p.step), p.seconds,
                     p.accuracy, num(p.loss, "%.5f").c_str());
+      out += buf;
+    }
+    // Straggler attribution per rank: rounds fresh / late / absent, rounds late, estimated s.
+    out += "], \"lateness\": [";
+    for (size_t q = 0; q < r.lateness.size(); ++q) {
+      const RankLateness& l = r.lateness[q];
+      std::snprintf(
+          buf, sizeof(buf),
+          "%s{\"rank\": %zu, \"rounds\": %llu, \"posts\": %llu, \"fresh\": %llu, \"late\": %llu, "
+          "\"absent\": %llu, \"late_rounds\": %llu, \"max_age\": %d, "
+          "\"late_seconds\": %.4f, \"late_fraction\": %.4f}",
+          q ? ", " : "", q, static_cast<unsigned long long>(l.rounds),
+          static_cast<unsigned long long>(l.posts), static_cast<unsigned long long>(l.fresh),
+          static_cast<unsigned long long>(l.late), static_cast<unsigned long long>(l.absent),
+          static_cast<unsigned long long>(l.late_rounds), l.max_age, l.late_seconds,
+          l.late_fraction());
       out += buf;
     }
     out += "]}";

@@ -42,6 +42,7 @@ struct ModeReport {
   double waiting_s = 0;      // rank 0: blocked for rounds
   double mean_momentum = 0;  // momentum in force, mean over applied rounds (staleness rule)
   std::vector<EpochPoint> curve;
+  std::vector<RankLateness> lateness;  // straggler attribution, per rank, at the end
 
   // Against the other runs of the same seed (compare_runs()); empty without a sync run.
   std::optional<double> epoch_speedup;          // sync's seconds / equal_epoch_seconds

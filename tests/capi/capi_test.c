@@ -252,6 +252,25 @@ static void check_partial(ec_comm* comm, int rank, int size, ec_partial_mode mod
     wrong += c.sum[i] != want;
   }
   if (wrong) fail("partial mode %d: %d of %d sums differ from the sum of posts", mode, wrong, PN);
+  /* Straggler attribution: every rank's figures count every round taken once. */
+  for (int r = 0; r < size; ++r) {
+    ec_rank_lateness l;
+    MUST(ec_partial_lateness(pa, r, &l));
+    if (l.rounds != c.next_round || l.posts != STEPS || l.fresh > l.posts || l.absent > l.rounds ||
+        l.max_age < 0) {
+      fail(
+          "partial mode %d: rank %d's lateness: %llu rounds (%llu taken), %llu posts (%d made), "
+          "%llu fresh, %llu absent",
+          mode, r, (unsigned long long)l.rounds, (unsigned long long)c.next_round,
+          (unsigned long long)l.posts, STEPS, (unsigned long long)l.fresh,
+          (unsigned long long)l.absent);
+    }
+  }
+  ec_rank_lateness none;
+  expect_error("lateness of a rank out of range", ec_partial_lateness(pa, size, &none),
+               EC_INVALID_ARGUMENT, "ec_partial_lateness", "not in 0 ..");
+  expect_error("lateness into null", ec_partial_lateness(pa, 0, NULL), EC_INVALID_ARGUMENT,
+               "ec_partial_lateness", "null output");
 
   /* Bad input on a live object: local checks, no round is lost. */
   expect_error("partial post with the wrong count", ec_partial_post(pa, grad, PN - 1, EC_FLOAT32),

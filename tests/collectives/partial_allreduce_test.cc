@@ -328,6 +328,72 @@ TEST(PartialAllreduce, DeadlineWaitsForEveryRankWithinTAndNoLonger) {
   EXPECT_LT(took_ms[0], 1400.0) << "waited for the late rank instead of T";
 }
 
+// Straggler attribution (issue 22, item 2): rank 2 sleeps 15 ms before each of its 30 posts; the
+// others post every 2 ms, taking a result in between, for as long as rank 2 runs (so no rank
+// flushes while it still posts). deadline(5 ms) rounds wait for the fast ranks (they arrive
+// together) and go without rank 2. Every rank's lateness() says the same; rank 2's posts landed
+// late, the others' fresh; the periodic report (EAGERCOMM_STRAGGLER_REPORT=10, rank 0) names
+// rank 2 and nobody else.
+TEST(PartialAllreduce, LatenessNamesAPersistentlySlowRank) {
+  constexpr int kRanks = 4, kSlowSteps = 30, kSlow = 2;
+  auto w = World::make(kRanks, test_config({{"EAGERCOMM_STRAGGLER_REPORT", "10"}}));
+  std::vector<std::vector<RankLateness>> seen(kRanks);
+  std::vector<uint64_t> posted(kRanks, 0);
+  std::atomic<bool> slow_done{false};
+  ::testing::internal::CaptureStderr();
+  w->run([&](int rank, Communicator& comm) {
+    auto pa = PartialAllreduce::create(comm, 16, DataType::kFloat32,
+                                       PartialMode::deadline_of(std::chrono::milliseconds(5)));
+    ASSERT_TRUE(pa.ok()) << pa.status().to_string();
+    std::vector<float> g(16, 1.0f);
+    for (int step = 0; rank == kSlow ? step < kSlowSteps : !slow_done.load(); ++step) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(rank == kSlow ? 15 : 2));
+      ASSERT_TRUE(pa.value()->post(g.data(), 16, DataType::kFloat32).ok());
+      ++posted[rank];
+      bool took = false;
+      for (;;) {
+        auto r = pa.value()->poll();
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        if (!r.value()) break;
+        took = true;
+      }
+      if (!took && rank != kSlow) {
+        ASSERT_TRUE(pa.value()->wait().ok());
+      }
+    }
+    if (rank == kSlow) slow_done.store(true);
+    ASSERT_TRUE(pa.value()->flush([](RoundResult&&) {}).ok());
+    seen[rank] = pa.value()->lateness();
+  });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(seen[0].size(), static_cast<size_t>(kRanks));
+  for (int r = 1; r < kRanks; ++r) {
+    for (int q = 0; q < kRanks; ++q) {
+      EXPECT_EQ(seen[r][q].fresh, seen[0][q].fresh) << "rank " << r << " on rank " << q;
+      EXPECT_EQ(seen[r][q].late_rounds, seen[0][q].late_rounds) << "rank " << r << " on " << q;
+    }
+  }
+  for (int q = 0; q < kRanks; ++q) {
+    const RankLateness& l = seen[0][q];
+    EXPECT_EQ(l.posts, posted[q]) << "rank " << q;
+    if (q == kSlow) {
+      EXPECT_GE(l.late_fraction(), 0.5) << "the slow rank: " << l.fresh << " of 30 fresh";
+      EXPECT_GT(l.late_rounds, 0u);
+      EXPECT_GT(l.late_seconds, 0.0);
+    } else {
+      // Wide: a fast rank descheduled for over 5 ms misses its round too.
+      EXPECT_LE(l.late_fraction(), 0.3)
+          << "fast rank " << q << ": " << l.fresh << " of " << l.posts << " fresh";
+    }
+  }
+  // "rounds 0-9: persistent stragglers: rank 2 late with 4 of 4 posts (by 2.0 rounds, ~14.4 ms,
+  // on average)", every 10 rounds.
+  EXPECT_NE(log.find("persistent stragglers: rank 2 late with"), std::string::npos) << log;
+  for (int q : {0, 1, 3}) {
+    EXPECT_EQ(log.find("rank " + std::to_string(q) + " late with"), std::string::npos) << log;
+  }
+}
+
 TEST(DeadlineTuner, TIsTwiceTheMedianSpreadOverSixteenRounds) {
   using detail::DeadlineTuner;
   // The coordinator's measure: the median rank's arrival after the first (8 ranks: the 4th), in

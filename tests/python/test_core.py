@@ -247,6 +247,13 @@ def check_partial(comm, mode, dtype):
           f"not add up to the posts (max diff {np.abs(total - want).max()})")
     stats = pa.stats
     check(stats["posts"] == steps, f"stats {stats}")
+    # Straggler attribution: every rank's line counts every round taken once.
+    late = pa.lateness()
+    check(len(late) == size, f"lateness has {len(late)} entries for {size} ranks")
+    for q, l in enumerate(late):
+        check(l["rounds"] == len(rounds) and l["posts"] == steps and l["fresh"] <= l["posts"]
+              and l["absent"] <= l["rounds"] and 0.0 <= l["late_fraction"] <= 1.0,
+              f"lateness of rank {q}: {l}")
     # A wait that nothing can satisfy (nobody posts) ends at its timeout; the object lives on.
     e = expect_raises("partial wait timeout", eagercomm.TimeoutError, ["timeout"], pa.wait,
                       timeout=0.2)

@@ -51,7 +51,7 @@ if [[ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
   echo "SKIP: the training part needs Debian's dataset-fashion-mnist package"
   exit 0
 fi
-for mode in sync solo majority quorum:1; do
+for mode in sync solo majority quorum:1 deadline:auto; do
   "$run" -n 2 "$train" --model cnn --mode "$mode" --epochs 2 --train-limit 2000 \
     --test-limit 1000 --batch 32 --lr 0.05 --imbalance 1:5 --log-every 0 \
     --json "$work/$mode.json" >"$work/$mode.log" 2>&1 || fail "$mode: $(cat "$work/$mode.log")"
@@ -66,6 +66,12 @@ acc, loss = report["accuracy"], report["loss"]
 assert acc > 0.25, f"{sys.argv[2]}: test accuracy {acc} is near chance"
 assert loss < 0.9 * math.log(10), f"{sys.argv[2]}: training loss {loss} did not go down"
 assert report["rounds"] > 0 and 0 < report["fresh_fraction"] <= 1, report
+late = report["lateness"]
+assert [l["rank"] for l in late] == [0, 1], late
+for l in late:
+    assert l["rounds"] > 0 and l["posts"] > 0 and l["fresh"] <= l["posts"], late
+    assert l["absent"] <= l["rounds"] and l["late"] <= l["rounds"], late
+    assert 0 <= l["late_fraction"] <= 1 and l["late_seconds"] >= 0, late
 print(f"ok: {sys.argv[2]}: accuracy {acc:.3f}, loss {loss:.3f}, fresh {report['fresh_fraction']:.2f}")
 PY
 done
@@ -135,6 +141,12 @@ solo = summary["solo"]["tta_speedup"]
 print(f"ok: 2 seeds: {len(runs)} runs; solo to sync accuracy: mean {solo['mean']}x, "
       f"{solo['not_reached']}/2 not reached")
 PY
+# The attribution plot from the same report (when matplotlib is there).
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  /usr/bin/python3 "$(dirname "$0")/../../sgd/plot_lateness.py" "$work/tta.json" "$work/late.png" \
+    >/dev/null || fail "plot_lateness.py failed"
+  [[ -s $work/late.png ]] || fail "plot_lateness.py wrote no PNG"
+fi
 
 # The eager momentum: the default is --momentum (the staleness rule corrects it per round); an
 # explicit one is taken as given. Without sync the comparisons are null, not "never reached".

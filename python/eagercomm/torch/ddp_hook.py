@@ -29,7 +29,8 @@ class PartialAllreduceState:
     """State of :func:`partial_allreduce_hook`: the communicator and one partial allreduce per
     bucket.
 
-    mode: "solo" (default), "majority", "sync" or "quorum:K"; late: "carry" or "drop";
+    mode: "solo" (default), "majority", "sync", "adaptive", "quorum:K" or "deadline:T" (T a
+    duration such as "5ms", or "auto"); late: "carry" or "drop";
     sync_every: every N-th round synchronous (bounds staleness); seed: majority's PRNG;
     result_depth: how many rounds a rank may fall behind before the others wait for it;
     timeout: seconds a rank waits for a round (None or 0: EAGERCOMM_TIMEOUT;

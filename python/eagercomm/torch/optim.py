@@ -30,7 +30,7 @@ class EagerSGD(torch.optim.Optimizer):
 
     Arguments: lr, momentum in [0, 1), weight_decay >= 0 (PyTorch's conventions:
     d = g + wd * p; v = mu * v + d; p -= lr(round) * v); mode "solo", "majority", "sync",
-    "adaptive" or "quorum:K"; staleness "momentum" (default: mu is momentum lowered for the
+    "adaptive", "quorum:K" or "deadline:T" (T "5ms", "auto", ...); staleness "momentum" (default: mu is momentum lowered for the
     measured staleness of the rounds, 1 - mu = (1 - momentum)(1 + s), so the same momentum as
     for torch.optim.SGD is right in every mode), "rate" (lr / (1 + s) per round) or "none";
     solo_speedup (adaptive: runs solo rounds while they are predicted to make an epoch at least
