@@ -269,10 +269,11 @@ Result<Options> parse_options(int argc, char** argv, bool* help) {
       o.modes = split_list(v);
       for (const std::string& m : o.modes) {
         if (m != "full" && m != "quorum" && !parse_partial_mode(m).ok()) {
-          return make_status(StatusCode::kInvalidArgument,
-                             "--modes: '%s' is not one of full, solo, majority, quorum, deadline:T, "
-                             "quorum:K, sync",
-                             m.c_str());
+          return make_status(
+              StatusCode::kInvalidArgument,
+              "--modes: '%s' is not one of full, solo, majority, quorum, deadline:T, "
+              "quorum:K, sync",
+              m.c_str());
         }
       }
     } else if (flag == "--result-depth") {
