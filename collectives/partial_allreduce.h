@@ -28,10 +28,10 @@
 //               or T has passed since the first fresh post for r reached it, whichever comes
 //               first: a straggler costs the others at most T (plus the activation) per round.
 //               deadline(auto): T follows the arrival spread that the rounds' metadata carries
-//               (twice the median, over the last 16 rounds, of how long after the fastest rank
-//               the median rank posted; at least 50 us); rounds wait for everybody until 16
-//               rounds were measured. T is measured from the coordinator's first arrival (one
-//               message after the first post when the poster is another rank);
+//               (twice the median, over the last 16 rounds, of how long after the first post
+//               all but a tenth of the ranks had posted; at least 50 us); rounds wait for
+//               everybody until 16 rounds were measured. T is measured from the coordinator's first
+//               arrival (one message after the first post when the poster is another rank);
 //   adaptive    per window of rounds, solo or sync: solo while solo rounds are predicted to make
 //               an epoch at least `solo_speedup` times faster than synchronous ones, from the
 //               compute times the rounds' metadata carries (every rank's time outside this

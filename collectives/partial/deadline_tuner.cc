@@ -6,11 +6,13 @@
 
 namespace eagercomm::detail {
 
+int DeadlineTuner::covered(int ranks) { return std::max(2, ranks - std::max(1, ranks / 10)); }
+
 uint32_t DeadlineTuner::spread_us(std::vector<int64_t>& arrivals_ns, int ranks, int64_t now_ns) {
   if (arrivals_ns.empty()) return 0;
   std::sort(arrivals_ns.begin(), arrivals_ns.end());
-  const size_t median = static_cast<size_t>((ranks + 1) / 2);  // the median rank, counted from 1
-  const int64_t until = arrivals_ns.size() >= median ? arrivals_ns[median - 1] : now_ns;
+  const size_t m = static_cast<size_t>(covered(ranks));  // counted from 1
+  const int64_t until = arrivals_ns.size() >= m ? arrivals_ns[m - 1] : now_ns;
   const int64_t us = std::max<int64_t>(until - arrivals_ns.front(), 0) / 1000;
   return static_cast<uint32_t>(std::min<int64_t>(us, RankMeta::kMaxComputeUs));
 }

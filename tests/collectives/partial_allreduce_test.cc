@@ -396,11 +396,16 @@ TEST(PartialAllreduce, LatenessNamesAPersistentlySlowRank) {
 
 TEST(DeadlineTuner, TIsTwiceTheMedianSpreadOverSixteenRounds) {
   using detail::DeadlineTuner;
-  // The coordinator's measure: the median rank's arrival after the first (8 ranks: the 4th), in
-  // any order; a round set off before half the ranks arrived reports how long it waited.
+  // The coordinator's measure: the arrival of all but a tenth of the ranks (at least one left out,
+  // at least two counted) after the first (8 ranks: the 7th), in any order; a round set off
+  // before that many arrived reports how long it waited.
+  EXPECT_EQ(DeadlineTuner::covered(2), 2);
+  EXPECT_EQ(DeadlineTuner::covered(4), 3);
+  EXPECT_EQ(DeadlineTuner::covered(64), 58);
+  EXPECT_EQ(DeadlineTuner::covered(4096), 3687);
   std::vector<int64_t> arrivals = {9'000'000, 1'000'000, 1'030'000, 1'010'000,
                                    1'020'000, 1'040'000, 1'050'000, 1'060'000};
-  EXPECT_EQ(DeadlineTuner::spread_us(arrivals, 8, 9'500'000), 30u);
+  EXPECT_EQ(DeadlineTuner::spread_us(arrivals, 8, 9'500'000), 60u);
   std::vector<int64_t> three = {2'000'000, 2'100'000, 2'200'000};
   EXPECT_EQ(DeadlineTuner::spread_us(three, 8, 2'700'000), 700u) << "cut off: a lower bound";
   std::vector<int64_t> none;

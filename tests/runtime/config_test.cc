@@ -72,6 +72,7 @@ TEST(ConfigTable, RowsInOrderWithDefaults) {
       {"EAGERCOMM_CHAIN_MIN_BYTES", "256KiB"},
       {"EAGERCOMM_DIRECT", "1"},
       {"EAGERCOMM_PROBE_AFTER", "50ms"},
+      {"EAGERCOMM_STRAGGLER_REPORT", "0"},
       {"EAGERCOMM_IB_HCA", ""},
       {"EAGERCOMM_IB_PORT", "0"},
       {"EAGERCOMM_IB_GID_INDEX", "auto"},
@@ -133,6 +134,7 @@ TEST(ConfigTable, AcceptedTexts) {
   EXPECT_EQ(accepted["EAGERCOMM_HEARTBEAT"], "duration (0..60s)");
   EXPECT_EQ(accepted["EAGERCOMM_PROBE_AFTER"], "duration (0..3600s)");
   EXPECT_EQ(accepted["EAGERCOMM_SLOTS"], "integer (2..64)");
+  EXPECT_EQ(accepted["EAGERCOMM_STRAGGLER_REPORT"], "integer (0..1073741824)");
   EXPECT_NE(
       accepted["EAGERCOMM_LOG_SUBSYS"].find("init,net,coll,partial,sgd,mem,engine,boot,bench"),
       std::string::npos);
@@ -270,6 +272,10 @@ TEST(ConfigLoad, IntegersDecimalOnlyAndRangeChecked) {
             "EAGERCOMM_SLOTS='65' is not an integer (2..64): out of range");
   EXPECT_EQ(load_error("EAGERCOMM_SLOTS", "1"),
             "EAGERCOMM_SLOTS='1' is not an integer (2..64): out of range");
+  EXPECT_EQ(load_error("EAGERCOMM_STRAGGLER_REPORT", "-1"),
+            "EAGERCOMM_STRAGGLER_REPORT='-1' is not an integer (0..1073741824): expected decimal "
+            "digits");
+  EXPECT_EQ(load_ok({{"EAGERCOMM_STRAGGLER_REPORT", "100"}}).straggler_report, 100u);
   EXPECT_EQ(load_error("EAGERCOMM_SLOTS", "0x10"),
             "EAGERCOMM_SLOTS='0x10' is not an integer (2..64): expected decimal digits");
   for (const char* bad : {"", " ", "+5", "-3", "4.0", "8k", "99999999999999999999999"}) {
