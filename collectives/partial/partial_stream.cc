@@ -560,6 +560,7 @@ void PartialStream::close(const Status& why) {
   arrivals_.clear();
   deadlines_.clear();
   arrival_ns_.clear();
+  spreads_.clear();
   break_from(from, why);
 }
 
