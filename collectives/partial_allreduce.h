@@ -219,8 +219,7 @@ struct RankLateness {
   // any): how often it was the straggler. (A round it had no post for is not a miss: under solo
   // there are more rounds than any rank's posts.)
   double late_fraction() const {
-    return posts ? static_cast<double>(posts - std::min(posts, fresh)) / static_cast<double>(posts)
-                 : 0;
+    return posts > fresh ? static_cast<double>(posts - fresh) / static_cast<double>(posts) : 0;
   }
 };
 

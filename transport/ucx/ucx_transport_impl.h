@@ -184,8 +184,6 @@ class UcxTransport final : public Transport {
   // Waits (progressing the worker) until what was put to `peer` is complete at the target.
   Status flush_peer(int peer);
   int claim_wait_slot();
-  // Sleeps up to `limit`, or until the slot (if any) is signalled.
-  void nap_on_slot(int slot, std::chrono::nanoseconds limit);
   void signal_slot(int i);
 
   static void on_put_done(void* request, ucs_status_t status, void* user_data);

@@ -5,11 +5,28 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "transport/transport_log.h"
 #include "transport/ucx/ucx_transport_impl.h"
 
 namespace eagercomm::ucx {
+namespace {
+
+// Sleeps until one of `fds` is ready or `limit` passed (nullopt: no limit); EINTR is a wake-up.
+void sleep_on(struct pollfd* fds, nfds_t n, std::optional<std::chrono::nanoseconds> limit) {
+  struct timespec ts {};
+  if (limit) {
+    const auto secs = std::chrono::duration_cast<std::chrono::seconds>(*limit);
+    ts.tv_sec = static_cast<time_t>(secs.count());
+    ts.tv_nsec = static_cast<long>((*limit - secs).count());
+  }
+  if (::ppoll(fds, n, limit ? &ts : nullptr, nullptr) < 0 && errno != EINTR) {
+    EC_WARN(kNet, "ucx: ppoll in wait() failed: %m");
+  }
+}
+
+}  // namespace
 
 int UcxTransport::claim_wait_slot() {
   for (int i = 0; i < kWaitSlots; ++i) {
@@ -85,8 +102,10 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
     busy_nap_ns_.store(std::min<int64_t>(2 * nap, std::chrono::nanoseconds(kBusyNapMax).count()),
                        std::memory_order_relaxed);
     const bool nap_forever = timeout < std::chrono::nanoseconds::zero();
-    nap_on_slot(slot, nap_forever ? std::chrono::nanoseconds(nap)
-                                  : std::min(timeout, std::chrono::nanoseconds(nap)));
+    struct pollfd fd = {slot >= 0 ? slots_[slot].fd.get() : -1, POLLIN, 0};
+    sleep_on(&fd, slot >= 0 ? 1 : 0,
+             nap_forever ? std::chrono::nanoseconds(nap)
+                         : std::min(timeout, std::chrono::nanoseconds(nap)));
     return done2();
   }
   busy_nap_ns_.store(std::chrono::nanoseconds(kBusyNapFirst).count(), std::memory_order_relaxed);
@@ -127,30 +146,12 @@ void UcxTransport::wait(std::chrono::nanoseconds timeout) {
   if (armed) fds[n++] = {worker_efd_, POLLIN, 0};
   if (slot >= 0) fds[n++] = {slots_[slot].fd.get(), POLLIN, 0};
   const bool infinite = forever && armed && slot >= 0 && !watching_;
-  struct timespec ts;
-  if (!infinite) {
-    const auto secs = std::chrono::duration_cast<std::chrono::seconds>(limit);
-    ts.tv_sec = static_cast<time_t>(secs.count());
-    ts.tv_nsec = static_cast<long>((limit - secs).count());
-  }
-  if (::ppoll(fds, n, infinite ? nullptr : &ts, nullptr) < 0 && errno != EINTR) {
-    EC_WARN(kNet, "ucx: ppoll in wait() failed: %m");
-  }
+  sleep_on(fds, n, infinite ? std::nullopt : std::optional(limit));
   progress_due_.store(true, std::memory_order_relaxed);
   if (armed && (fds[0].revents & POLLIN) != 0) {
     events_reported_.store(true, std::memory_order_relaxed);
   }
   done2();
-}
-
-void UcxTransport::nap_on_slot(int slot, std::chrono::nanoseconds limit) {
-  struct pollfd fd = {slot >= 0 ? slots_[slot].fd.get() : -1, POLLIN, 0};
-  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(limit);
-  const struct timespec ts = {static_cast<time_t>(secs.count()),
-                              static_cast<long>((limit - secs).count())};
-  if (::ppoll(&fd, slot >= 0 ? 1 : 0, &ts, nullptr) < 0 && errno != EINTR) {
-    EC_WARN(kNet, "ucx: ppoll in wait() failed: %m");
-  }
 }
 
 void UcxTransport::wake() {
