@@ -14,7 +14,8 @@
 //                                     SIGCONT) in the middle of <rounds> allreduces or solo rounds
 //   fault_main hang <secs> <rounds>   as `stop ... sync`, but the allreduces wait forever: only
 //                                     the hung verdict (liveness_watchdog.h) can end them; the
-//                                     survivors stay 1 s after their report
+//                                     survivors then wait 1 s and print AFTER rank=<me>
+//                                     code=... message=... for one more barrier
 //   fault_main straggle <secs>        the victim computes for <secs> before an allreduce
 //   fault_main abort                  rank 0 aborts from a second thread while its main thread
 //                                     waits in an allreduce the victim joins late
@@ -263,10 +264,16 @@ int main(int argc, char** argv) {
   }
   if (scenario == "hang" && argc == 4) {
     const int rc = run_sync(c, std::atoi(argv[3]), 3, std::atof(argv[2]), 0, kWaitForever);
+    if (c.rank() == c.size() - 1) return rc;
     // A failed collective's error may reach a rank before the verdict does (from a rank that is
-    // not its partner): stay a moment, the watchdog thread driving, so the script can check
-    // from the log that the verdict arrived too.
-    if (c.rank() != c.size() - 1) sleep(1);
+    // not its partner): give the verdict a second, then start one more collective. A rank that
+    // marked the victim gone fails it at once with its own record of why ("rank 7 is not
+    // responding: ..."); one that did not would wait for the others' errors.
+    sleep(1);
+    const Status after = c.barrier(std::chrono::seconds(5));
+    std::printf("AFTER rank=%d code=%s message=%s\n", c.rank(),
+                std::string(status_code_name(after.code())).c_str(), after.message().c_str());
+    std::fflush(stdout);
     return rc;
   }
   if (scenario == "straggle" && argc == 3) return straggle(c, std::atof(argv[2]));
