@@ -182,7 +182,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(Store& store, int ran
   EC_ASSIGN_OR_RETURN(
       std::shared_ptr<detail::CommCore> core,
       detail::CommCore::create(store, options.scope, rank, size, *config, options.in_process));
-  return std::unique_ptr<Communicator>(new Communicator(std::make_unique<Impl>(std::move(core))));
+  auto impl = std::make_unique<Impl>(std::move(core));
+  impl->bootstrap = &store;
+  impl->scope = options.scope;
+  impl->in_process = options.in_process;
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
 Result<std::unique_ptr<Communicator>> communicator_from_store(std::unique_ptr<Store> store,
@@ -560,7 +564,9 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_inproc_world(
   CommunicatorOptions opts = options;
   opts.scope = options.scope + "/world" + std::to_string(worlds.fetch_add(1));
   opts.in_process = true;
-  HashStore store;
+  // Shared by the ranks and kept by them: shrink() bootstraps the survivors through it.
+  auto shared = std::make_shared<HashStore>();
+  HashStore& store = *shared;
   std::vector<Result<std::unique_ptr<Communicator>>> results;
   results.reserve(size);
   for (int r = 0; r < size; ++r) results.emplace_back(Status(StatusCode::kInternal, "not created"));
@@ -573,6 +579,7 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_inproc_world(
   for (auto& r : results) {
     if (!r.ok()) return r.status();
     comms.push_back(std::move(r).value());
+    Communicator::Impl::of(*comms.back()).shared_store = shared;
   }
   return comms;
 }

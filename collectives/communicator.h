@@ -175,6 +175,21 @@ class Communicator {
   // shutdown paths (not async-signal-safe). Idempotent.
   void abort(const std::string& reason = "");
 
+  // Continuing after a failure (docs/RELIABILITY.md, "Shrinking"): collective over the ranks
+  // still alive, called after an operation failed with kPeerFailed (or whenever the application
+  // decides to drop ranks that are gone). The callers agree on one membership: a rank that any
+  // caller knows to be gone (it left, died or was declared hung) is left out, and so is a rank
+  // that does not call shrink() within `timeout`. The communicator is then rebuilt in place over
+  // the members, renumbered in their old order: rank() and size() change, operations still
+  // pending on the old group fail with kAborted, later calls run over the new group. Returns the
+  // members' former ranks (index: new rank). A rank that was left out gets kPeerFailed, and its
+  // communicator stays failed. Needs the bootstrap store the communicator was made through
+  // (create(): the caller's store must still exist then; from_env: the launcher's or rank 0's
+  // store, so a rank 0 that served the store cannot be survived outside eagercomm-run). Not
+  // concurrently with other calls on this communicator.
+  Result<std::vector<int>> shrink(std::chrono::nanoseconds timeout = kConfiguredTimeout);
+  // How many times shrink() has rebuilt this communicator.
+  uint32_t generation() const;
   // Counters, read consistently with the engine.
   CommunicatorStats stats() const;
 

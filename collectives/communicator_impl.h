@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "collectives/communicator.h"
 
@@ -48,6 +49,14 @@ struct Communicator::Impl {
   std::atomic<bool> spare_busy{false};
   std::mutex device_mu;
   std::unique_ptr<detail::DeviceStaging> device;
+  // What shrink() rebuilds from (communicator_shrink.cc): the store the communicator joined
+  // through (`store`, make_inproc_world's `shared_store` or the caller's), its scope, and how
+  // often it was rebuilt.
+  Store* bootstrap = nullptr;
+  std::shared_ptr<Store> shared_store;
+  std::string scope;
+  bool in_process = false;
+  uint32_t generation = 0;
 };
 
 // Joins through `store` (kept by the communicator) as Communicator::create() does; `server` (may

@@ -128,6 +128,16 @@ class CommCore final : public ProgressSource {
   // A new stream id (application thread; ranks that create their objects in the same order
   // get the same ids).
   uint32_t new_stream_id() { return next_stream_.fetch_add(1, std::memory_order_relaxed); }
+  // The id new_stream_id() hands out next; and making ids below `next` unused here: a
+  // communicator rebuilt by shrink() gives its new engine the old one's counter, so that objects
+  // carried over keep their ids and new ones get ids no carried object has.
+  uint32_t next_stream_id() const { return next_stream_.load(std::memory_order_relaxed); }
+  void reserve_stream_ids(uint32_t next) {
+    next_stream_.store(std::max(next, next_stream_id()), std::memory_order_relaxed);
+  }
+  // The peers this rank knows to be gone (they left, were lost or were declared hung), in rank
+  // order. Any thread (takes the driver token; after destroy(), reads what destroy() left).
+  std::vector<int> gone_peers();
   // Any thread: attaches `handler` to `stream` (messages that arrived for it before are handed
   // over now) / detaches it (later messages of the stream are dropped; a peer that lent this
   // rank buffers for one of its operations is told `why` it never runs). Take the driver token.

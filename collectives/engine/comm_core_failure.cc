@@ -166,6 +166,22 @@ void CommCore::on_control(int peer, uint32_t control) {
   }
 }
 
+std::vector<int> CommCore::gone_peers() {
+  std::vector<int> out;
+  auto read = [this, &out] {
+    for (int peer = 0; peer < gone_.size(); ++peer) {
+      if (gone_.gone(peer)) out.push_back(peer);
+    }
+  };
+  // A closed engine has no driver left: what destroy() left is read as it is.
+  if (engine_->closed()) {
+    read();
+  } else {
+    engine_->run_exclusive(read);
+  }
+  return out;
+}
+
 void CommCore::abort(const std::string& reason) {
   if (!engine_ || destroy_started_.load(std::memory_order_acquire)) {
     destroy();  // waits for the first caller

@@ -26,6 +26,7 @@ class GonePeers {
   explicit GonePeers(int size) : from_(size, -1), why_(size) {}
 
   bool gone(int peer) const { return from_[peer] >= 0; }
+  int size() const { return static_cast<int>(from_.size()); }
   // Records that `peer` takes part in no collective from sequence `from` on (0: none at all),
   // because of `why`. False when it was gone from that sequence or earlier already.
   bool mark(int peer, int64_t from, const Status& why);

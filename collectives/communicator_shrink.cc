@@ -1,0 +1,188 @@
+// Communicator::shrink(): the survivors of a failure agree on one membership through the
+// bootstrap store and rebuild the communicator over it (docs/RELIABILITY.md, "Shrinking").
+//
+// Agreement. The store is the one party every survivor can reach whatever died, so it decides:
+// under "<scope>/shrink<g>/" (g: the generation being made) every caller publishes the peers it
+// knows to be gone ("view/<rank>"), and the first caller to take the ticket ("decider") waits
+// until every rank that no published view calls gone has published its own, merging the views
+// as they come; at the timeout the ranks still silent are left out. It publishes the members
+// ("members"); every caller reads that one list, so all decide the same whatever each had seen.
+// The members then bootstrap a new engine under "<scope>/shrink<g>/comm" (new transport
+// endpoints, new mailboxes: a failed peer may have left the old ones in any state).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "collectives/collective_log.h"
+#include "collectives/communicator.h"
+#include "collectives/communicator_impl.h"
+#include "collectives/device/device_collectives.h"
+#include "collectives/engine/comm_core.h"
+#include "runtime/clock.h"
+#include "runtime/deadline.h"
+
+namespace eagercomm {
+namespace {
+
+Bytes encode_ranks(const std::vector<int>& ranks) {
+  Bytes out(ranks.size() * sizeof(int32_t));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int32_t r = ranks[i];
+    std::memcpy(out.data() + i * sizeof(int32_t), &r, sizeof(r));
+  }
+  return out;
+}
+
+Result<std::vector<int>> decode_ranks(const Bytes& bytes, int size, const std::string& key) {
+  if (bytes.size() % sizeof(int32_t) != 0) {
+    return make_status(StatusCode::kInternal, "shrink: store key %s holds %zu bytes", key.c_str(),
+                       bytes.size());
+  }
+  std::vector<int> out(bytes.size() / sizeof(int32_t));
+  for (size_t i = 0; i < out.size(); ++i) {
+    int32_t r = 0;
+    std::memcpy(&r, bytes.data() + i * sizeof(int32_t), sizeof(r));
+    if (r < 0 || r >= size) {
+      return make_status(StatusCode::kInternal, "shrink: store key %s names rank %d of %d",
+                         key.c_str(), static_cast<int>(r), size);
+    }
+    out[i] = r;
+  }
+  return out;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text.empty() ? "none" : text;
+}
+
+// The decider: the members are the ranks that published a view. It waits for every rank that no
+// view calls gone, until `deadline`, then looks once more for the ones called gone: a rank that
+// left the old group by shrinking published its view before its exit notice went out.
+Result<std::vector<int>> decide_members(Store& store, const std::string& prefix, int rank,
+                                        int size, const std::vector<int>& gone,
+                                        std::chrono::steady_clock::time_point deadline) {
+  std::vector<bool> out(size, false), seen(size, false);
+  for (int g : gone) out[g] = true;
+  seen[rank] = true;
+  constexpr auto kLook = std::chrono::milliseconds(2);
+  auto look = [&](int r) -> Result<bool> {
+    const std::string key = prefix + "view/" + std::to_string(r);
+    Result<Bytes> view = store.get(key, kLook);
+    if (!view.ok()) {
+      if (view.status().code() != StatusCode::kTimeout) return view.status();
+      return false;
+    }
+    seen[r] = true;
+    EC_ASSIGN_OR_RETURN(std::vector<int> theirs, decode_ranks(view.value(), size, key));
+    for (int g : theirs) out[g] = true;
+    return true;
+  };
+  for (;;) {
+    bool waiting = false;
+    for (int r = 0; r < size; ++r) {
+      if (out[r] || seen[r]) continue;
+      EC_ASSIGN_OR_RETURN(bool found, look(r));
+      waiting |= !found;
+    }
+    if (!waiting) {
+      for (int r = 0; r < size; ++r) {
+        if (!seen[r]) EC_RETURN_IF_ERROR(look(r).status());
+      }
+      break;
+    }
+    if (RuntimeClock::now() >= deadline) {
+      std::vector<int> silent;
+      for (int r = 0; r < size; ++r) {
+        if (!out[r] && !seen[r]) silent.push_back(r);
+      }
+      EC_WARN(kColl, "shrink: ranks %s did not join within the timeout; they are left out",
+              rank_list(silent).c_str());
+      break;
+    }
+  }
+  std::vector<int> members;
+  for (int r = 0; r < size; ++r) {
+    if (seen[r]) members.push_back(r);
+  }
+  return members;
+}
+
+}  // namespace
+
+uint32_t Communicator::generation() const { return impl_->generation; }
+
+Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) {
+  Impl& im = *impl_;
+  std::shared_ptr<detail::CommCore> old = im.core;
+  log_set_thread_rank(old->rank());
+  EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "shrink"));
+  timeout = old->resolve(timeout);
+  if (im.bootstrap == nullptr) {
+    return Status(StatusCode::kUnavailable,
+                  "shrink(): this communicator has no bootstrap store to rebuild through");
+  }
+  const int rank = old->rank();
+  const int size = old->size();
+  const uint32_t generation = im.generation + 1;
+  const std::string prefix = im.scope + "/shrink" + std::to_string(generation) + "/";
+  const auto deadline = deadline_after(timeout);
+  const std::chrono::nanoseconds store_timeout =
+      timeout < std::chrono::nanoseconds::zero() ? kWaitForever : timeout;
+
+  // The view goes out before the old group stops here: peers that have not seen the failure yet
+  // learn of this rank's exit and come here too, and a peer that takes that exit for a death has
+  // this rank's view in the store already (the decider counts every rank that published one).
+  std::vector<int> gone = old->gone_peers();
+  Store& store = *im.bootstrap;
+  EC_RETURN_IF_ERROR(store.set(prefix + "view/" + std::to_string(rank), encode_ranks(gone)));
+  old->destroy();
+  EC_ASSIGN_OR_RETURN(int64_t ticket, store.add(prefix + "decider", 1));
+  if (ticket == 1) {
+    EC_ASSIGN_OR_RETURN(std::vector<int> decided,
+                        decide_members(store, prefix, rank, size, gone, deadline));
+    EC_RETURN_IF_ERROR(store.set(prefix + "members", encode_ranks(decided)));
+  }
+  // The decider may take the whole timeout to wait for late ranks before it publishes.
+  const std::chrono::nanoseconds members_timeout =
+      store_timeout == kWaitForever || store_timeout > kWaitForever / 4 ? kWaitForever
+                                                                          : 2 * store_timeout;
+  EC_ASSIGN_OR_RETURN(Bytes packed, store.get(prefix + "members", members_timeout));
+  EC_ASSIGN_OR_RETURN(std::vector<int> members,
+                      decode_ranks(packed, size, prefix + "members"));
+  const auto me = std::find(members.begin(), members.end(), rank);
+  if (me == members.end()) {
+    return make_status(StatusCode::kPeerFailed,
+                       "shrink: rank %d was left out of the new group (members: ranks %s of %d): "
+                       "it was reported gone or did not join in time",
+                       rank, rank_list(members).c_str(), size);
+  }
+  const int new_rank = static_cast<int>(me - members.begin());
+  const int new_size = static_cast<int>(members.size());
+  std::vector<int> left;
+  for (int r = 0; r < size; ++r) {
+    if (!std::binary_search(members.begin(), members.end(), r)) left.push_back(r);
+  }
+  EC_INFO(kColl, "shrink: ranks %s left; rank %d of %d is now rank %d of %d",
+          rank_list(left).c_str(), rank, size, new_rank, new_size);
+
+  Config config = old->config();
+  EC_ASSIGN_OR_RETURN(std::shared_ptr<detail::CommCore> fresh,
+                      detail::CommCore::create(store, prefix + "comm", new_rank, new_size, config,
+                                               im.in_process));
+  fresh->reserve_stream_ids(old->next_stream_id());
+  {
+    std::lock_guard lock(im.device_mu);
+    im.device.reset();  // staged on the old engine's stream and buffers
+  }
+  im.spare_small.reset();
+  im.core = std::move(fresh);
+  im.generation = generation;
+  log_set_thread_rank(new_rank);
+  return members;
+}
+
+}  // namespace eagercomm

@@ -1,0 +1,135 @@
+// Communicator::shrink(): the survivors of a failure agree on one membership and go on with it,
+// with ranks as threads (killed processes: tests/system/continue_test.sh).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/harness/thread_world.h"
+
+namespace eagercomm::test {
+namespace {
+
+using std::chrono::seconds;
+
+Config shrink_config() { return test_config({{"EAGERCOMM_TIMEOUT", "20s"}}); }
+
+// Rank `dead` leaves by abort() (its peers see what they see of a crash: kPeerFailed naming it);
+// the others' next allreduce fails, they shrink and their allreduces sum over the members only.
+void check_survivors_go_on(int size, int dead) {
+  auto w = World::make(size, shrink_config());
+  ASSERT_EQ(w->size(), size);
+  w->run([&](int r, Communicator& c) {
+    if (r == dead) {
+      c.abort("killed by the test");
+      return;
+    }
+    std::vector<int64_t> v(300, r + 1);
+    Status failed = c.allreduce(v.data(), v.data(), v.size(), DataType::kInt64, ReduceOp::kSum);
+    EXPECT_EQ(failed.code(), StatusCode::kPeerFailed) << failed.to_string();
+    Result<std::vector<int>> members = c.shrink();
+    ASSERT_TRUE(members.ok()) << members.status().to_string();
+    std::vector<int> expected;
+    for (int q = 0; q < size; ++q) {
+      if (q != dead) expected.push_back(q);
+    }
+    EXPECT_EQ(members.value(), expected);
+    EXPECT_EQ(c.size(), size - 1);
+    EXPECT_EQ(c.rank(), r < dead ? r : r - 1);
+    EXPECT_EQ(c.generation(), 1u);
+    // The new group works, for every kind of collective.
+    std::vector<int64_t> x(5000, r + 1);
+    Status ok = c.allreduce(x.data(), x.data(), x.size(), DataType::kInt64, ReduceOp::kSum);
+    ASSERT_TRUE(ok.ok()) << ok.to_string();
+    const int64_t want = size * (size + 1) / 2 - (dead + 1);
+    EXPECT_EQ(x[0], want);
+    EXPECT_EQ(x[4999], want);
+    int64_t root_value = r == expected[0] ? 77 : 0;
+    ok = c.broadcast(&root_value, 1, DataType::kInt64, 0);
+    ASSERT_TRUE(ok.ok()) << ok.to_string();
+    EXPECT_EQ(root_value, 77);
+    std::vector<int32_t> all(size - 1, -1);
+    const int32_t mine = r;
+    ok = c.allgather(&mine, all.data(), 1, DataType::kInt32);
+    ASSERT_TRUE(ok.ok()) << ok.to_string();
+    for (int q = 0; q < size - 1; ++q) EXPECT_EQ(all[q], expected[q]);
+    EXPECT_TRUE(c.barrier().ok());
+  });
+}
+
+TEST(Shrink, SurvivorsGoOnWithoutADeadRank) {
+  check_survivors_go_on(4, 2);
+  check_survivors_go_on(5, 0);
+  check_survivors_go_on(3, 2);
+}
+
+TEST(Shrink, TwoFailuresInTurn) {
+  auto w = World::make(5, shrink_config());
+  ASSERT_EQ(w->size(), 5);
+  w->run([&](int r, Communicator& c) {
+    for (int dead : {1, 3}) {  // rank 3 of the first world is rank 2 of the second
+      const int my_rank = c.rank();
+      if (my_rank == (dead == 1 ? 1 : 2) && r == dead) {
+        c.abort("killed by the test");
+        return;
+      }
+      std::vector<int32_t> v(1000, 1);
+      Status failed = c.allreduce(v.data(), v.data(), v.size(), DataType::kInt32, ReduceOp::kSum);
+      EXPECT_EQ(failed.code(), StatusCode::kPeerFailed) << failed.to_string();
+      Result<std::vector<int>> members = c.shrink();
+      ASSERT_TRUE(members.ok()) << members.status().to_string();
+    }
+    EXPECT_EQ(c.size(), 3);
+    EXPECT_EQ(c.generation(), 2u);
+    std::vector<int32_t> v(1000, r);
+    ASSERT_TRUE(c.allreduce(v.data(), v.data(), v.size(), DataType::kInt32, ReduceOp::kSum).ok());
+    EXPECT_EQ(v[0], 0 + 2 + 4);
+  });
+}
+
+// A rank that does not come to the shrink within the timeout is left out, and says so when it
+// comes late; the others go on without it.
+TEST(Shrink, ARankThatDoesNotComeIsLeftOut) {
+  auto w = World::make(4, test_config({{"EAGERCOMM_TIMEOUT", "2s"}}));
+  ASSERT_EQ(w->size(), 4);
+  std::atomic<int> shrunk{0};
+  w->run([&](int r, Communicator& c) {
+    if (r == 3) {
+      c.abort("killed by the test");
+      return;
+    }
+    std::vector<float> v(1000, 1.0f);
+    (void)c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    if (r == 2) {
+      // Late: after the others have decided without it.
+      while (shrunk.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      Result<std::vector<int>> members = c.shrink();
+      ASSERT_FALSE(members.ok());
+      EXPECT_EQ(members.status().code(), StatusCode::kPeerFailed);
+      EXPECT_NE(members.status().message().find("rank 2 was left out"), std::string::npos)
+          << members.status().to_string();
+      return;
+    }
+    Result<std::vector<int>> members = c.shrink();
+    ASSERT_TRUE(members.ok()) << members.status().to_string();
+    EXPECT_EQ(members.value(), (std::vector<int>{0, 1}));
+    ++shrunk;
+    std::vector<float> x(10, 1.0f);
+    ASSERT_TRUE(c.allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum).ok());
+    EXPECT_EQ(x[0], 2.0f);
+  });
+}
+
+TEST(Shrink, BadArgumentsAreRefused) {
+  auto w = World::make(2, shrink_config());
+  ASSERT_EQ(w->size(), 2);
+  Result<std::vector<int>> bad = w->comms[0]->shrink(std::chrono::nanoseconds(-5));
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status().to_string();
+}
+
+}  // namespace
+}  // namespace eagercomm::test
