@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "collectives/communicator.h"
 
@@ -57,6 +58,7 @@ struct Communicator::Impl {
   std::string scope;
   bool in_process = false;
   uint32_t generation = 0;
+  std::vector<int> members;  // the latest shrink's members: their ranks before it
 };
 
 // Joins through `store` (kept by the communicator) as Communicator::create() does; `server` (may

@@ -181,6 +181,7 @@ Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) 
   im.spare_small.reset();
   im.core = std::move(fresh);
   im.generation = generation;
+  im.members = members;
   log_set_thread_rank(new_rank);
   return members;
 }

@@ -17,6 +17,7 @@
 #include "collectives/kernels/reduce_kernels.h"
 #include "collectives/partial/lateness_ledger.h"
 #include "collectives/partial/partial_create.h"
+#include "collectives/partial/partial_impl.h"
 #include "collectives/partial/partial_meta.h"
 #include "collectives/partial/partial_shared.h"
 #include "collectives/partial/partial_stream.h"
@@ -102,6 +103,7 @@ RoundResult& RoundResult::operator=(RoundResult&& o) noexcept {
     type_ = o.type_;
     owner_ = std::move(o.owner_);
     buffer_ = o.buffer_;
+    bytes_ = std::move(o.bytes_);
     o.data_ = nullptr;
   }
   return *this;
@@ -112,7 +114,33 @@ RoundResult::~RoundResult() { release(); }
 void RoundResult::release() {
   if (owner_) owner_->recycle(buffer_);
   owner_.reset();
+  bytes_.reset();
   data_ = nullptr;
+}
+
+RoundResult PartialAllreduce::result_in(std::shared_ptr<PartialShared> owner, uint32_t buffer,
+                                        uint64_t round) {
+  RoundResult r;
+  r.round_ = round;
+  r.size_ = owner->size;
+  r.data_ = owner->buffers[buffer]->data();
+  r.count_ = owner->count;
+  r.type_ = owner->type;
+  r.buffer_ = buffer;
+  r.owner_ = std::move(owner);
+  return r;
+}
+
+RoundResult PartialAllreduce::result_of(std::shared_ptr<const std::vector<uint8_t>> bytes,
+                                        uint64_t round, int size, size_t count, DataType type) {
+  RoundResult r;
+  r.round_ = round;
+  r.size_ = size;
+  r.data_ = bytes->data();
+  r.count_ = count;
+  r.type_ = type;
+  r.bytes_ = std::move(bytes);
+  return r;
 }
 
 Status RoundResult::copy_to(void* dst) const { return copy_to(dst, CudaStream{}); }
@@ -159,31 +187,6 @@ int RoundResult::max_age() const {
 }
 int RoundResult::posts(int rank) const { return meta_of(data_, count_, type_, size_, rank).posts; }
 
-// The object's state, behind the installed header: the engine side of its rounds and what this
-// rank's application has done with them.
-struct PartialAllreduce::Impl {
-  Impl(std::shared_ptr<detail::CommCore> core, std::shared_ptr<PartialShared> shared)
-      : core_(std::move(core)), shared_(std::move(shared)) {}
-  // Hands `event` to the engine, waiting while its queue is full.
-  void push_event(const detail::PartialEvent& event);
-
-  std::shared_ptr<detail::CommCore> core_;
-  std::shared_ptr<PartialShared> shared_;
-  std::unique_ptr<detail::PartialStream> stream_;
-  uint64_t consumed_ = 0;  // results handed to the application: the model version posts build on
-  uint64_t flushes_ = 0;
-  std::atomic<bool> posting_{false};
-  uint64_t last_post_round_ = UINT64_MAX;  // the round this rank's latest post landed in
-  uint64_t arrived_round_ = UINT64_MAX;    // the round wait() last announced arrival for
-  std::string last_timeout_;               // the last wait()'s timeout, told to peers on destroy
-  std::vector<uint8_t> device_stage_;      // a device gradient's host copy (post)
-  // The application's compute before a post: from the end of this object's last post() or
-  // wait() (not across a flush(), after which comes evaluation, not a step) to the next post().
-  std::chrono::steady_clock::time_point idle_since_{};
-  bool measure_next_ = false;
-  std::unique_ptr<detail::LatenessLedger> ledger_;  // every rank's lateness (application thread)
-};
-
 PartialAllreduce::PartialAllreduce(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 PartialAllreduce::~PartialAllreduce() { destroy(); }
@@ -200,34 +203,17 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   const uint32_t stream = core->new_stream_id();
   EC_RETURN_IF_ERROR(detail::agree_on_partial_arguments(*core, count, type, mode, options, stream));
 
-  const size_t buffers = options.result_depth + 1;
-  auto shared = std::make_shared<PartialShared>(buffers, 4096);
-  shared->stream = stream;
-  shared->rank = rank;
-  shared->size = P;
-  shared->count = count;
-  shared->type = type;
-  shared->bytes = count * dtype_size(type);
-  shared->mode = mode;
-  shared->tail_bytes = detail::meta_elements(type, P, shared->meta_compute()) * dtype_size(type);
-  shared->options = options;
-  shared->core = core;
+  EC_ASSIGN_OR_RETURN(std::shared_ptr<PartialShared> shared,
+                      PartialShared::make(core, stream, count, type, mode, options));
   EC_ASSIGN_OR_RETURN(
       shared->round_boxes,
       detail::make_partial_round_boxes(*core, shared->bytes, shared->bytes + shared->tail_bytes));
-  for (size_t b = 0; b < buffers; ++b) {
-    auto buf = std::make_unique<detail::ContributionBuffer>();
-    EC_ASSIGN_OR_RETURN(buf->region, core->allocate(shared->bytes + shared->tail_bytes));
-    // Fault the pages in now rather than in the first rounds (a first touch costs a page fault
-    // per 4 KiB, several milliseconds per MiB on a VM, and every buffer is used in turn).
-    std::memset(buf->region->data(), 0, shared->bytes + shared->tail_bytes);
-    shared->buffers.push_back(std::move(buf));
-    if (b > 0) (void)shared->free_buffers.try_push(static_cast<uint32_t>(b));
-  }
-  shared->open.store(PartialShared::pack(0, 0));
-
   std::unique_ptr<PartialAllreduce> pa(new PartialAllreduce(std::make_unique<Impl>(core, shared)));
   pa->impl_->ledger_ = std::make_unique<detail::LatenessLedger>(P);
+  if (options.on_failure == OnFailure::kContinue) {
+    pa->impl_->comm_ = &comm;
+    pa->impl_->generation_ = comm.generation();
+  }
   pa->impl_->stream_ = std::make_unique<detail::PartialStream>(*core, shared);
   EC_RETURN_IF_ERROR(core->attach_stream(stream, pa->impl_->stream_.get()));
   // Rounds need every rank's engine while its application computes.
@@ -248,6 +234,12 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type)
 
 Status PartialAllreduce::post(const void* gradient, size_t count, DataType type,
                               CudaStream stream) {
+  // on_failure=continue: a post after a failure goes to the survivors' new group.
+  if (impl_->shared_->broken.load(std::memory_order_acquire) &&
+      !impl_->shared_->closed.load(std::memory_order_acquire) &&
+      impl_->continues_after(impl_->shared_->error)) {
+    EC_RETURN_IF_ERROR(impl_->recover());
+  }
   PartialShared& s = *impl_->shared_;
   if (s.closed.load(std::memory_order_acquire)) {
     return Status(StatusCode::kAborted, "partial allreduce: post() after destroy()");
@@ -354,43 +346,76 @@ void PartialAllreduce::Impl::push_event(const detail::PartialEvent& event) {
 
 // ---- results ----
 
-Result<std::optional<RoundResult>> PartialAllreduce::poll() {
-  PartialShared& s = *impl_->shared_;
-  if (s.closed.load(std::memory_order_acquire)) {
-    return Status(StatusCode::kAborted, "partial allreduce: poll() after destroy()");
+std::optional<RoundResult> PartialAllreduce::Impl::take() {
+  if (!pending_.empty()) {
+    Pending p = std::move(pending_.front());
+    pending_.pop_front();
+    hold(p.result, p.bytes);
+    taken_ = p.result.round() + 1;
+    return std::move(p.result);
   }
-  log_set_thread_rank(s.rank);  // it may drive the engine, as wait() does
+  PartialShared& s = *shared_;
   detail::RoundRecord record;
   bool got = s.results.try_pop(record);
-  if (!got && !impl_->core_->engine().has_thread()) {
-    impl_->core_->engine().try_progress();
+  if (!got && !core_->engine().has_thread()) {
+    core_->engine().try_progress();
     got = s.results.try_pop(record);
   }
-  if (!got) {
-    if (!s.broken.load(std::memory_order_acquire)) return std::optional<RoundResult>();
-    // Every result before a failure is queued before the failure is published.
-    if (!s.results.try_pop(record)) return s.error;
+  // Every result before a failure is queued before the failure is published.
+  if (!got && s.broken.load(std::memory_order_acquire)) got = s.results.try_pop(record);
+  if (!got) return std::nullopt;
+  RoundResult r = result_in(shared_, record.buffer, round_base_ + record.round);
+  ++consumed_;
+  taken_ = r.round() + 1;
+  if (comm_) hold(r, s.bytes + s.tail_bytes);
+  return r;
+}
+
+void PartialAllreduce::Impl::hold(const RoundResult& r, size_t bytes) {
+  // Enough for any survivor: one that missed a round had entered it, so it is at most
+  // result_depth + 1 rounds behind the round (partial_recovery.cc).
+  const size_t keep = shared_->options.result_depth + 2;
+  Held h;
+  if (held_.size() >= keep) {
+    h = std::move(held_.front());  // its buffer is reused
+    held_.pop_front();
   }
-  RoundResult r;
-  r.round_ = record.round;
-  r.size_ = s.size;
-  r.data_ = s.buffers[record.buffer]->data();
-  r.count_ = s.count;
-  r.type_ = s.type;
-  r.owner_ = impl_->shared_;
-  r.buffer_ = record.buffer;
-  ++impl_->consumed_;
-  impl_->ledger_->account(record.round, s.tail(record.buffer), s.type, RuntimeClock::now());
-  const uint32_t every = impl_->core_->config().straggler_report;
-  if (every > 0 && s.rank == 0 && impl_->ledger_->rounds() % every == 0) {
-    const std::string report = impl_->ledger_->window_report();
-    if (report.find("persistent stragglers") != std::string::npos) {
-      EC_WARN(kPartial, "partial allreduce %u: %s", s.stream, report.c_str());
-    } else {
-      EC_INFO(kPartial, "partial allreduce %u: %s", s.stream, report.c_str());
+  h.round = r.round();
+  const auto* data = static_cast<const uint8_t*>(r.data());
+  h.bytes.assign(data, data + bytes);
+  held_.push_back(std::move(h));
+}
+
+Result<std::optional<RoundResult>> PartialAllreduce::poll() {
+  if (impl_->shared_->closed.load(std::memory_order_acquire)) {
+    return Status(StatusCode::kAborted, "partial allreduce: poll() after destroy()");
+  }
+  log_set_thread_rank(impl_->shared_->rank);  // it may drive the engine, as wait() does
+  for (;;) {
+    if (std::optional<RoundResult> r = impl_->take()) {
+      const PartialShared& s = *impl_->shared_;
+      // The ledger follows the current group: results of a group that a failure shrank are not
+      // in it.
+      if (r->ranks() != impl_->ledger_->ranks()) return r;
+      const auto* tail =
+          static_cast<const uint8_t*>(r->data()) + r->count() * dtype_size(r->type());
+      impl_->ledger_->account(r->round(), tail, r->type(), RuntimeClock::now());
+      const uint32_t every = impl_->core_->config().straggler_report;
+      if (every > 0 && s.rank == 0 && impl_->ledger_->rounds() % every == 0) {
+        const std::string report = impl_->ledger_->window_report();
+        if (report.find("persistent stragglers") != std::string::npos) {
+          EC_WARN(kPartial, "partial allreduce %u: %s", s.stream, report.c_str());
+        } else {
+          EC_INFO(kPartial, "partial allreduce %u: %s", s.stream, report.c_str());
+        }
+      }
+      return r;
     }
+    const PartialShared& s = *impl_->shared_;
+    if (!s.broken.load(std::memory_order_acquire)) return std::optional<RoundResult>();
+    if (!impl_->continues_after(s.error)) return s.error;
+    EC_RETURN_IF_ERROR(impl_->recover());
   }
-  return std::optional<RoundResult>(std::move(r));
 }
 
 Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout) {
@@ -400,8 +425,7 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout) {
 Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
                                            const std::function<Status()>& check) {
   constexpr std::chrono::milliseconds kCheckEvery{50};
-  PartialShared& s = *impl_->shared_;
-  log_set_thread_rank(s.rank);
+  log_set_thread_rank(impl_->shared_->rank);
   // adaptive: time spent waiting here is not the application's compute (post() measures that).
   struct RestartCompute {
     std::chrono::steady_clock::time_point& since;
@@ -409,13 +433,14 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
     ~RestartCompute() {
       if (on) since = RuntimeClock::now();
     }
-  } restart{impl_->idle_since_, s.mode.kind == PartialKind::kAdaptive};
+  } restart{impl_->idle_since_, impl_->shared_->mode.kind == PartialKind::kAdaptive};
   EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "partial allreduce wait"));
   timeout = impl_->core_->resolve(timeout);
   const auto deadline = deadline_after(timeout);
   for (;;) {
     EC_ASSIGN_OR_RETURN(std::optional<RoundResult> r, poll());
     if (r) return std::move(*r);
+    PartialShared& s = *impl_->shared_;  // poll() may have moved on to a new group
     // A rank that waits having taken every result so far, with its posts in the open round,
     // has arrived at that round even if those posts were late when made (several posts before
     // taking a result): count it as arrived, or the round could wait for a post that never
@@ -437,7 +462,7 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
       Status stop = check();
       if (stop.ok()) continue;
       impl_->last_timeout_ = "partial allreduce: rank " + std::to_string(s.rank) +
-                             " stopped waiting for round " + std::to_string(impl_->consumed_) +
+                             " stopped waiting for round " + std::to_string(impl_->taken_) +
                              ": " + stop.message();
       return stop;
     }
@@ -445,7 +470,7 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
       Status late =
           make_status(StatusCode::kTimeout,
                       "partial allreduce: round %llu did not complete on rank %d within %s%s",
-                      static_cast<unsigned long long>(impl_->consumed_), s.rank,
+                      static_cast<unsigned long long>(impl_->taken_), s.rank,
                       format_duration(timeout).c_str(), impl_->core_->silent_report().c_str());
       impl_->last_timeout_ = late.message();  // the peers hear it if this rank then gives up
       return late;
@@ -456,15 +481,47 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
 Result<RoundResult> PartialAllreduce::wait() { return wait(kConfiguredTimeout); }
 
 Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)>& apply) {
-  PartialShared& s = *impl_->shared_;
-  if (s.closed.load(std::memory_order_acquire)) {
+  if (impl_->shared_->closed.load(std::memory_order_acquire)) {
     return Status(StatusCode::kAborted, "partial allreduce: flush() after destroy()");
   }
-  log_set_thread_rank(s.rank);
+  log_set_thread_rank(impl_->shared_->rank);
   impl_->measure_next_ = false;  // what follows a flush (evaluation, say) is not a step's compute
+  const uint64_t number = impl_->flushes_done_ + 1;
+  impl_->flushing_ = number;
+  struct Leave {
+    Impl& pa;
+    ~Leave() { pa.flushing_ = 0; }
+  } leave{*impl_};
+  for (;;) {
+    EC_ASSIGN_OR_RETURN(std::optional<uint64_t> round, flush_in_group(number, apply));
+    if (!round && impl_->resolved_flush_round_) {
+      // A survivor's flush returned before the failure: its round ends this one too, and its
+      // results are among those passed on.
+      round = *impl_->resolved_flush_round_;
+      impl_->resolved_flush_round_.reset();
+      while (impl_->taken_ <= *round) {
+        EC_ASSIGN_OR_RETURN(RoundResult r, wait());
+        if (apply) apply(std::move(r));
+      }
+    }
+    if (round) {
+      impl_->flushes_done_ = number;
+      impl_->last_flush_round_ = *round;
+      return *round;
+    }
+    // The group changed (a failure survived, on_failure=continue): flush again in the new one.
+  }
+}
+
+Result<std::optional<uint64_t>> PartialAllreduce::flush_in_group(
+    uint64_t number, const std::function<void(RoundResult&&)>& apply) {
+  Impl& im = *impl_;
+  const std::shared_ptr<PartialShared> shared = im.shared_;  // this group's
+  PartialShared& s = *shared;
+  std::shared_ptr<detail::CommCore> core = im.core_;
+  const uint64_t local = number - im.flush_base_;  // the flush's number in this group
   // Ranks still in their loop must not wait for this one's posts any more.
-  const uint64_t number = ++impl_->flushes_;
-  impl_->push_event(PartialEvent{.kind = PartialEvent::Kind::kFlushing, .round = number});
+  im.push_event(PartialEvent{.kind = PartialEvent::Kind::kFlushing, .round = local});
   // Every post of every rank precedes that rank's read below and lands in a round no later than
   // the round open then, so no later than the maximum over ranks: that round, forced active
   // everywhere, closes the books. The exchange runs while results keep flowing. (The open
@@ -481,40 +538,52 @@ Result<uint64_t> PartialAllreduce::flush(const std::function<void(RoundResult&&)
   sig.root = detail::kPartialFlushTag;  // errors name flush(), not this allreduce
   std::shared_ptr<detail::Op> exchange = detail::make_allreduce(sig, last.get(), last.get());
   exchange->keep_alive = last;
-  if (impl_->core_->destroyed())
-    return Status(StatusCode::kAborted, "the communicator was destroyed");
-  s.flushes_joined.store(number, std::memory_order_release);
-  impl_->core_->submit(exchange);
+  if (core->destroyed()) return Status(StatusCode::kAborted, "the communicator was destroyed");
+  s.flushes_joined.store(local, std::memory_order_release);
+  core->submit(exchange);
   // A failure from round b on fails this flush only if its round is b or later. When it comes
   // from peers that left after joining this exchange (their flush returned, so its round is
   // before b), the round is known once the exchange ends: wait for it before deciding.
-  auto spared = [&s, number] {
-    return s.failure_spares_flush.load(std::memory_order_acquire) >= number;
+  auto spared = [&s, local] {
+    return s.failure_spares_flush.load(std::memory_order_acquire) >= local;
   };
 
-  std::optional<uint64_t> round;
-  const auto timeout = impl_->core_->config().timeout;
+  std::optional<uint64_t> round;  // in this group's numbering
+  bool exchange_failed = false;   // with a failure this object continues through
+  const auto timeout = core->config().timeout;
   for (;;) {
-    if (!round && exchange->done()) {
-      EC_RETURN_IF_ERROR(exchange->status());
-      round = static_cast<uint64_t>(*last);
-      impl_->push_event(
-          PartialEvent{.kind = PartialEvent::Kind::kForce, .round = *round, .flush = number});
+    if (!round && !exchange_failed && exchange->done()) {
+      if (exchange->status().ok()) {
+        round = static_cast<uint64_t>(*last);
+        im.push_event(
+            PartialEvent{.kind = PartialEvent::Kind::kForce, .round = *round, .flush = local});
+      } else if (im.continues_after(exchange->status())) {
+        exchange_failed = true;  // the rounds fail too: poll() moves on to the new group
+      } else {
+        return exchange->status();
+      }
     }
-    if (round && impl_->consumed_ > *round) return *round;
+    if (round && im.taken_ > im.round_base_ + *round) {
+      return std::optional<uint64_t>(im.round_base_ + *round);
+    }
     Result<std::optional<RoundResult>> polled = poll();
+    if (im.shared_ != shared) {  // poll() moved on to a new group
+      if (polled.ok() && polled.value() && apply) apply(std::move(*polled.value()));
+      return std::optional<uint64_t>();
+    }
     if (!polled.ok()) {
-      if (round || !spared()) return polled.status();
+      if (round || !spared() || exchange_failed) return polled.status();
     } else if (std::optional<RoundResult>& r = polled.value()) {
       if (apply) apply(std::move(*r));
       continue;
     }
     const auto deadline = deadline_after(timeout);
-    const bool ready = impl_->core_->engine().wait(
+    const bool ready = core->engine().wait(
         [&] {
           return s.results.size_approx() > 0 ||
-                 (s.broken.load(std::memory_order_acquire) && (round || !spared())) ||
-                 (!round && exchange->done());
+                 (s.broken.load(std::memory_order_acquire) &&
+                  (round || !spared() || exchange_failed)) ||
+                 (!round && !exchange_failed && exchange->done());
         },
         deadline);
     if (!ready) {
@@ -558,6 +627,11 @@ PartialStats PartialAllreduce::stats() const {
   out.rounds_activated = s.activated.load(std::memory_order_relaxed);
   out.rounds_delivered = s.delivered.load(std::memory_order_relaxed);
   out.rounds_in_boxes = s.round_boxes != nullptr;
+  out.posts += impl_->before_.posts;
+  out.late_posts += impl_->before_.late_posts;
+  out.dropped_posts += impl_->before_.dropped_posts;
+  out.rounds_activated += impl_->before_.rounds_activated;
+  out.rounds_delivered += impl_->before_.rounds_delivered;
   return out;
 }
 

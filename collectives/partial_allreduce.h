@@ -63,6 +63,21 @@
 //
 // Threading: one application thread at a time per object (post, poll, wait, flush); the object
 // may be used while other threads use the communicator for ordinary collectives.
+//
+// Continuing through a failure (options.on_failure = OnFailure::kContinue): when a rank dies or
+// is declared hung, the call that meets the failure (post, poll, wait, flush) shrinks the
+// communicator to the survivors (Communicator::shrink(), in place: the communicator must outlive
+// the object, and no other thread may use it meanwhile), and the object goes on over them. Every
+// survivor decides the same, whatever it had seen: the results of every round that completed on
+// any survivor reach all of them (the dead rank's last contribution is in every survivor's
+// results or in none), the survivors' contributions to rounds that completed nowhere are carried
+// into the new group's next round (conservation over the survivors' posts), and rounds go on
+// numbered from there with RoundResult::ranks() the new size. quorum(k) becomes
+// quorum(min(k, size)); rounds run as messages afterwards; lateness() restarts over the new group.
+// A rank that only destroys its object, or its communicator, while the others go on is not a
+// failure survived: the survivors wait for it in shrink() until EAGERCOMM_TIMEOUT and then leave it
+// out. Costs while nothing fails: one copy of each round's contribution when it starts and of each
+// result taken (result_depth + 2 kept).
 #pragma once
 
 #include <atomic>
@@ -123,6 +138,12 @@ Result<PartialMode> parse_partial_mode(std::string_view text);
 
 enum class LatePolicy : uint8_t { kCarry = 0, kDrop = 1 };
 
+// What a peer that dies or is declared hung does to a partial allreduce.
+enum class OnFailure : uint8_t {
+  kFail = 0,      // its rounds fail: post, poll, wait and flush return kPeerFailed naming it
+  kContinue = 1,  // the survivors shrink the communicator and go on (see "Continuing" above)
+};
+
 struct PartialOptions {
   LatePolicy late = LatePolicy::kCarry;
   uint32_t sync_every = 0;    // every N-th round is synchronous; 0: never
@@ -132,6 +153,7 @@ struct PartialOptions {
   // run (their stale gradients cost accuracy); 1 .. kMaxSoloSpeedup, kept to 1/1000.
   static constexpr double kMaxSoloSpeedup = 10.0;
   double solo_speedup = 1.3;
+  OnFailure on_failure = OnFailure::kFail;
 };
 
 // One round's result. Move-only; owns the result buffer until destroyed.
@@ -187,6 +209,7 @@ class RoundResult {
   DataType type_ = DataType::kFloat32;
   std::shared_ptr<detail::PartialShared> owner_;
   uint32_t buffer_ = 0;
+  std::shared_ptr<const std::vector<uint8_t>> bytes_;  // a result a survivor passed on
 };
 
 struct PartialStats {
@@ -279,8 +302,18 @@ class PartialAllreduce {
   PartialMode mode() const;
 
  private:
-  struct Impl;  // partial_allreduce.cc
+  struct Impl;  // collectives/partial/partial_impl.h
   explicit PartialAllreduce(std::unique_ptr<Impl> impl);
+  // Results for Impl (RoundResult's constructor is this class's): buffer `buffer` of `owner`, or
+  // a copy (data and metadata of a world of `size` ranks).
+  static RoundResult result_in(std::shared_ptr<detail::PartialShared> owner, uint32_t buffer,
+                               uint64_t round);
+  // flush() within the current group: its round, or nullopt when a failure this object
+  // continues through moved it to a new group before the round was known and taken.
+  Result<std::optional<uint64_t>> flush_in_group(uint64_t number,
+                                                 const std::function<void(RoundResult&&)>& apply);
+  static RoundResult result_of(std::shared_ptr<const std::vector<uint8_t>> bytes, uint64_t round,
+                               int size, size_t count, DataType type);
   std::unique_ptr<Impl> impl_;
 };
 

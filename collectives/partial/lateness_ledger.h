@@ -33,6 +33,7 @@ class LatenessLedger {
   // Every rank's figures over the rounds taken so far.
   std::vector<RankLateness> totals() const;
   uint64_t rounds() const { return rounds_; }
+  int ranks() const { return static_cast<int>(counts_.size()); }
   // The persistent stragglers since the previous call (or the start), as one line: "rounds
   // 100-199: persistent stragglers: rank 3 late with 96 of 100 posts (by 1.9 rounds, ~12.4 ms,
   // on average), ..." or, when no rank was late with half its posts, "rounds 100-199: no

@@ -34,6 +34,8 @@ struct Descriptor {
   uint32_t stream;
   uint32_t solo_speedup_permille;
   uint64_t deadline_us;  // kDeadline's T (0: auto)
+  uint32_t on_failure;
+  uint32_t reserved;
 };
 static_assert(sizeof(Descriptor) % 8 == 0);
 
@@ -51,6 +53,7 @@ Descriptor describe_args(size_t count, DataType type, PartialMode mode, const Pa
                                               : static_cast<uint64_t>(mode.deadline.count());
   d.late = static_cast<uint32_t>(o.late);
   d.sync_every = o.sync_every;
+  d.on_failure = static_cast<uint32_t>(o.on_failure);
   d.result_depth = o.result_depth;
   d.stream = stream;
   d.solo_speedup_permille = o.solo_speedup >= 1 && o.solo_speedup <= PartialOptions::kMaxSoloSpeedup
@@ -102,6 +105,12 @@ std::string first_difference(const Descriptor& a, const Descriptor& b, int rank_
   if (a.solo_speedup_permille != b.solo_speedup_permille) {
     return say("solo_speedup (per mille)", a.solo_speedup_permille, b.solo_speedup_permille);
   }
+  if (a.on_failure != b.on_failure) {
+    auto failure_name = [](uint32_t f) {
+      return f == 0 ? std::string("fail") : f == 1 ? std::string("continue") : std::to_string(f);
+    };
+    return say_names("on_failure", failure_name(a.on_failure), failure_name(b.on_failure));
+  }
   if (a.stream != b.stream) {
     return say("object number (ranks created partial allreduces in a different order)", a.stream,
                b.stream);
@@ -149,6 +158,11 @@ Status validate(const Descriptor& d, int size) {
                        "partial allreduce: late policy %u is not "
                        "carry (0) or drop (1)",
                        d.late);
+  }
+  if (d.on_failure > 1) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "partial allreduce: on_failure %u is not fail (0) or continue (1)",
+                       d.on_failure);
   }
   if (d.result_depth < 1 || d.result_depth > 1024) {
     return make_status(StatusCode::kInvalidArgument,

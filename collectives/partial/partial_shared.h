@@ -37,6 +37,11 @@ struct ContributionBuffer {
   uint64_t compute_us = 0;  // the application's compute before the measured posts (RankMeta)
   uint32_t measured = 0;
 
+  // on_failure=continue: the contribution as the round took it (PartialStream::start), kept
+  // while the round's data phase overwrites the buffer; a survivor whose round fails carries it.
+  std::vector<uint8_t> backup;
+  uint32_t backup_posts = 0;
+
   void* data() const { return region->data(); }
   void reset_meta() {
     posts = 0;
@@ -69,6 +74,12 @@ struct PartialEvent {
 struct PartialShared {
   PartialShared(size_t buffers, size_t event_capacity)
       : free_buffers(buffers), results(buffers + 1), events(event_capacity) {}
+  // An object's state on `core` (its rank and size): result_depth + 1 buffers in transport
+  // memory, round 0 open in buffer 0, no round boxes.
+  static Result<std::shared_ptr<PartialShared>> make(std::shared_ptr<CommCore> core,
+                                                     uint32_t stream, size_t count, DataType type,
+                                                     PartialMode mode,
+                                                     const PartialOptions& options);
 
   // Immutable after creation.
   uint32_t stream = 0;

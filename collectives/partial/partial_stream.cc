@@ -413,6 +413,10 @@ void PartialStream::start(uint64_t index, Round& round) {
   ContributionBuffer& buf = *shared_->buffers[round.buffer];
   // A recycled buffer keeps its last result until a post overwrites it.
   if (buf.posts == 0 && shared_->bytes) std::memset(buf.data(), 0, shared_->bytes);
+  // on_failure=continue: the data phase overwrites the contribution, which a survivor of a
+  // failure of this round carries to the new group (partial_recovery.cc).
+  if (!buf.backup.empty() && buf.posts > 0) std::memcpy(buf.backup.data(), buf.data(), shared_->bytes);
+  buf.backup_posts = buf.posts;
   void* tail = shared_->tail(round.buffer);
   std::memset(tail, 0, shared_->tail_bytes);
   RankMeta mine;
@@ -533,6 +537,17 @@ void PartialStream::on_peer_gone(int peer, const Status& why) {
   // A peer that closed its stream first said from which round on (break_from ran then); the
   // rounds before that can still finish without it.
   if (!peer_closed_[peer]) break_from(delivered_, why);
+}
+
+std::vector<PartialStream::Orphan> PartialStream::orphans() const {
+  std::vector<Orphan> out;
+  for (const auto& [index, round] : rounds_) {
+    const ContributionBuffer& buf = *shared_->buffers[round.buffer];
+    const uint32_t posts = round.started ? buf.backup_posts : buf.posts;
+    if (posts == 0) continue;
+    out.push_back(Orphan{index, round.started ? buf.backup.data() : buf.data(), posts});
+  }
+  return out;
 }
 
 void PartialStream::on_closed() {

@@ -64,6 +64,14 @@ class PartialStream final : public StreamHandler {
   void close(const Status& why);
   // Why rounds fail here (after close(): its cause, or the earlier failure that came first).
   const Status& failure() const { return broken_why_; }
+  // After close(), on_failure=continue: the contributions of the rounds entered here and not
+  // delivered that held posts (the round's buffer, or its copy when the round had started).
+  struct Orphan {
+    uint64_t round = 0;
+    const void* data = nullptr;  // PartialShared::bytes
+    uint32_t posts = 0;
+  };
+  std::vector<Orphan> orphans() const;
 
  private:
   struct Round {

@@ -1,0 +1,226 @@
+// PartialAllreduce with on_failure=continue: going on after a peer died or was declared hung
+// (docs/ARCHITECTURE.md, "Continuing through a failure").
+//
+// Every survivor decides the same thing whatever it had seen, through the bootstrap store (the
+// one party every survivor still reaches):
+//   1. This rank's group stops: its stream closes, the results it had queued are kept for the
+//      application, and it counts D_s, the rounds it delivered.
+//   2. The communicator shrinks to the survivors (Communicator::shrink(); a second object of the
+//      same communicator finds it shrunk already and joins that group).
+//   3. Under "<scope>/shrink<g>/partial<stream>/" each survivor publishes D_s and its flushes;
+//      D = max D_s. Rounds deliver in order and every rank's result of a round is the same sum,
+//      so rounds below D are complete on at least one survivor: the first such survivor (in rank
+//      order) publishes the results of rounds min D_s .. D - 1 and the others take those they
+//      miss. A round at or after D completed nowhere: its contributions are in no result. So the
+//      dead rank's last contribution (in a round below D, or none) is in every survivor's results
+//      or in none.
+//   4. A survivor's own contributions to rounds at or after D (copies kept when its rounds
+//      started) and its open contribution go into the new group's first open round: nothing a
+//      survivor posted is lost (conservation over the survivors' posts).
+//   5. A new incarnation runs over the shrunk communicator, with the same stream id (kept free
+//      by shrink()), its rounds numbered on from D. Rounds exchange as messages (round boxes
+//      would take another collective exchange).
+// The gap min D_s .. D is at most result_depth + 1 rounds: a survivor that missed round r had
+// entered r (every rank contributes to every round), and a rank enters at most result_depth + 1
+// rounds beyond what it delivered, so the copies held_ keeps are enough.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "collectives/collective_log.h"
+#include "collectives/communicator_impl.h"
+#include "collectives/engine/comm_core.h"
+#include "collectives/kernels/reduce_kernels.h"
+#include "collectives/partial/partial_impl.h"
+#include "runtime/store.h"
+
+namespace eagercomm {
+
+using detail::PartialShared;
+
+namespace {
+
+struct SurvivorState {
+  uint64_t delivered = 0;  // rounds this rank delivered (global numbers)
+  uint64_t flushes_done = 0;
+  uint64_t last_flush_round = 0;
+};
+
+Bytes encode(const SurvivorState& s) {
+  Bytes b(sizeof(s));
+  std::memcpy(b.data(), &s, sizeof(s));
+  return b;
+}
+
+Result<SurvivorState> decode(const Bytes& b, const std::string& key) {
+  SurvivorState s;
+  if (b.size() != sizeof(s)) {
+    return make_status(StatusCode::kInternal, "partial allreduce: store key %s holds %zu bytes",
+                       key.c_str(), b.size());
+  }
+  std::memcpy(&s, b.data(), sizeof(s));
+  return s;
+}
+
+}  // namespace
+
+bool PartialAllreduce::Impl::continues_after(const Status& failure) const {
+  return comm_ != nullptr && failure.code() == StatusCode::kPeerFailed;
+}
+
+Status PartialAllreduce::Impl::recover() {
+  const std::shared_ptr<PartialShared> old_shared = shared_;
+  PartialShared& old = *old_shared;
+  const Status cause = old.error;
+  const int old_rank = old.rank;
+  const int old_size = old.size;
+  const size_t result_bytes = old.bytes + old.tail_bytes;
+
+  // 1. This group stops here.
+  std::vector<detail::PartialStream::Orphan> orphans;
+  detail::PartialStream* stream = stream_.get();
+  core_->engine().run_exclusive([&] {
+    stream->close(cause);
+    orphans = stream->orphans();
+  });
+  core_->detach_stream(old.stream, cause.message());
+  detail::RoundRecord record;
+  while (old.results.try_pop(record)) {
+    pending_.push_back(
+        Pending{result_in(old_shared, record.buffer, round_base_ + record.round), result_bytes});
+  }
+  const uint64_t delivered = round_base_ + old.delivered.load(std::memory_order_acquire);
+
+  // 2. The survivors' group.
+  Communicator::Impl& ci = Communicator::Impl::of(*comm_);
+  if (ci.generation == generation_) {
+    EC_WARN(kPartial, "partial allreduce %u: %s; continuing with the survivors", old.stream,
+            cause.message().c_str());
+    Result<std::vector<int>> shrunk = comm_->shrink();
+    if (!shrunk.ok()) {
+      EC_ERROR(kPartial, "partial allreduce %u: cannot continue after the failure: %s",
+               old.stream, shrunk.status().to_string().c_str());
+      return shrunk.status();
+    }
+  } else if (ci.generation != generation_ + 1) {
+    return make_status(StatusCode::kPeerFailed,
+                       "partial allreduce %u: the communicator was shrunk %u times since this "
+                       "object's rounds last ran; it cannot tell which rounds the survivors hold",
+                       old.stream, ci.generation - generation_);
+  }
+  const std::vector<int> members = ci.members;
+  std::shared_ptr<detail::CommCore> core = ci.core;
+  Store& store = *ci.bootstrap;
+  const std::string prefix = ci.scope + "/shrink" + std::to_string(ci.generation) + "/partial" +
+                             std::to_string(old.stream) + "/";
+  const std::chrono::nanoseconds timeout = core->config().timeout > std::chrono::nanoseconds::zero()
+                                               ? core->config().timeout
+                                               : kWaitForever;
+
+  // 3. The rounds: who delivered what.
+  SurvivorState mine{delivered, flushes_done_, last_flush_round_};
+  EC_RETURN_IF_ERROR(store.set(prefix + "state/" + std::to_string(old_rank), encode(mine)));
+  uint64_t most = 0, least = UINT64_MAX, flushes = 0, flush_round = 0;
+  int donor = -1;
+  for (int m : members) {
+    const std::string key = prefix + "state/" + std::to_string(m);
+    EC_ASSIGN_OR_RETURN(Bytes b, store.get(key, timeout));
+    EC_ASSIGN_OR_RETURN(SurvivorState theirs, decode(b, key));
+    if (donor < 0 || theirs.delivered > most) donor = m;
+    most = std::max(most, theirs.delivered);
+    least = std::min(least, theirs.delivered);
+    if (theirs.flushes_done > flushes) {
+      flushes = theirs.flushes_done;
+      flush_round = theirs.last_flush_round;
+    }
+  }
+  if (donor == old_rank) {
+    for (uint64_t r = least; r < most; ++r) {
+      const uint8_t* data = nullptr;
+      for (const Pending& p : pending_) {
+        if (p.result.round() == r) data = static_cast<const uint8_t*>(p.result.data());
+      }
+      for (const Held& h : held_) {
+        if (h.round == r && h.bytes.size() == result_bytes) data = h.bytes.data();
+      }
+      if (data == nullptr) {
+        return make_status(StatusCode::kInternal,
+                           "partial allreduce %u: round %llu's result is no longer held here",
+                           old.stream, static_cast<unsigned long long>(r));
+      }
+      EC_RETURN_IF_ERROR(store.set(prefix + "round/" + std::to_string(r),
+                                   Bytes(data, data + result_bytes)));
+    }
+  }
+  for (uint64_t r = delivered; r < most; ++r) {
+    const std::string key = prefix + "round/" + std::to_string(r);
+    EC_ASSIGN_OR_RETURN(Bytes b, store.get(key, timeout));
+    if (b.size() != result_bytes) {
+      return make_status(StatusCode::kInternal, "partial allreduce: store key %s holds %zu bytes",
+                         key.c_str(), b.size());
+    }
+    auto bytes = std::make_shared<const std::vector<uint8_t>>(std::move(b));
+    pending_.push_back(Pending{result_of(std::move(bytes), r, old_size, old.count, old.type),
+                               result_bytes});
+  }
+  // A flush that returned on a survivor before the failure ends here at its round (every rank
+  // was in it, so this one is, or has returned from it too).
+  if (flushing_ > flushes_done_ && flushing_ <= flushes) resolved_flush_round_ = flush_round;
+  flush_base_ = flushes;
+
+  // 4. The new group's state, with this rank's contributions that no result holds.
+  PartialMode mode = old.mode;
+  if (mode.kind == PartialKind::kQuorum) mode.quorum = std::min(mode.quorum, core->size());
+  EC_ASSIGN_OR_RETURN(std::shared_ptr<PartialShared> shared,
+                      PartialShared::make(core, old.stream, old.count, old.type, mode,
+                                          old.options));
+  detail::ContributionBuffer& carry = *shared->buffers[0];
+  auto add = [&](const void* data, uint32_t posts) {
+    if (carry.posts == 0) {
+      std::memcpy(carry.data(), data, old.bytes);
+    } else {
+      reduce(old.type, ReduceOp::kSum, carry.data(), carry.data(), data, old.count);
+    }
+    carry.posts += posts;
+    carry.min_base = 0;
+  };
+  for (const detail::PartialStream::Orphan& o : orphans) {
+    if (round_base_ + o.round >= most) add(o.data, o.posts);
+  }
+  const detail::ContributionBuffer& open =
+      *old.buffers[PartialShared::open_buffer(old.open.load(std::memory_order_acquire))];
+  if (open.posts > 0) add(open.data(), open.posts);
+  const uint32_t carried = carry.posts;
+
+  before_.posts += old.posts.load(std::memory_order_relaxed);
+  before_.late_posts += old.late_posts.load(std::memory_order_relaxed);
+  before_.dropped_posts += old.dropped_posts.load(std::memory_order_relaxed);
+  before_.rounds_activated = most;
+  before_.rounds_delivered = most;
+
+  // 5. The new incarnation.
+  auto next = std::make_unique<detail::PartialStream>(*core, shared);
+  EC_RETURN_IF_ERROR(core->attach_stream(old.stream, next.get()));
+  stream_ = std::move(next);
+  shared_ = std::move(shared);
+  core_ = core;
+  round_base_ = most;
+  consumed_ = 0;
+  // Carried posts sit in the open round as this rank's: a wait() now counts as its arrival
+  // there, as after a post, or every survivor could wait for a round nobody sets off.
+  last_post_round_ = carried > 0 ? 0 : UINT64_MAX;
+  arrived_round_ = UINT64_MAX;
+  generation_ = ci.generation;
+  ledger_ = std::make_unique<detail::LatenessLedger>(core->size());
+  if (core->config().progress_thread == ProgressThreadMode::kAuto) core->engine().start_thread();
+  EC_WARN(kPartial,
+          "partial allreduce %u: continuing with %d of %d ranks from round %llu (rank %d is now "
+          "rank %d; it had delivered %llu rounds, took %llu from rank %d, carries %u posts)",
+          old.stream, core->size(), old_size, static_cast<unsigned long long>(most), old_rank,
+          core->rank(), static_cast<unsigned long long>(delivered),
+          static_cast<unsigned long long>(most - delivered), donor, carried);
+  return Status::Ok();
+}
+
+}  // namespace eagercomm
