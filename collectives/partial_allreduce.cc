@@ -640,5 +640,7 @@ std::vector<RankLateness> PartialAllreduce::lateness() const { return impl_->led
 size_t PartialAllreduce::count() const { return impl_->shared_->count; }
 DataType PartialAllreduce::type() const { return impl_->shared_->type; }
 PartialMode PartialAllreduce::mode() const { return impl_->shared_->mode; }
+int PartialAllreduce::rank() const { return impl_->shared_->rank; }
+int PartialAllreduce::size() const { return impl_->shared_->size; }
 
 }  // namespace eagercomm

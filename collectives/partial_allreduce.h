@@ -300,6 +300,10 @@ class PartialAllreduce {
   size_t count() const;
   DataType type() const;
   PartialMode mode() const;
+  // This rank's number and the number of ranks in the group the rounds run over now: the
+  // communicator's at create(), the survivors' after a failure survived (on_failure=continue).
+  int rank() const;
+  int size() const;
 
  private:
   struct Impl;  // collectives/partial/partial_impl.h

@@ -139,17 +139,15 @@ Result<std::unique_ptr<EagerSgd>> EagerSgd::create(Communicator& comm, float* pa
           count, options.mode.name().c_str(), options.lr.describe().c_str(), options.momentum,
           options.weight_decay, staleness_rule_name(options.staleness).c_str());
   return std::unique_ptr<EagerSgd>(
-      new EagerSgd(options, params, grads, count, comm.rank(), comm.size(), std::move(pa).value()));
+      new EagerSgd(options, params, grads, count, std::move(pa).value()));
 }
 
-EagerSgd::EagerSgd(const SgdOptions& options, float* params, float* grads, size_t count, int rank,
-                   int size, std::unique_ptr<PartialAllreduce> pa)
+EagerSgd::EagerSgd(const SgdOptions& options, float* params, float* grads, size_t count,
+                   std::unique_ptr<PartialAllreduce> pa)
     : options_(options),
       params_(params),
       grads_(grads),
       count_(count),
-      rank_(rank),
-      size_(size),
       pa_(std::move(pa)),
       velocity_(options.momentum > 0 ? count : 0, 0.0f) {}
 
@@ -215,7 +213,8 @@ Status EagerSgd::step() {
   const auto entered = Clock::now();
   if (returned_once_) stats_.computing += entered - last_return_;
   ++stats_.steps;
-  const float scale = 1.0f / static_cast<float>(size_);
+  // The mean over the ranks the rounds run over now (fewer after a failure survived).
+  const float scale = 1.0f / static_cast<float>(pa_->size());
   for (size_t i = 0; i < count_; ++i) grads_[i] *= scale;
   EC_RETURN_IF_ERROR(pa_->post(grads_, count_, DataType::kFloat32));
   // A post that missed its round is counted late whether it was carried or dropped.

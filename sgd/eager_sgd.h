@@ -142,11 +142,12 @@ class EagerSgd {
   // The momentum the next round is applied with (after the staleness rule).
   double current_momentum() const;
   const SgdOptions& options() const { return options_; }
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  // The group the rounds run over now (the survivors' after a failure survived).
+  int rank() const { return pa_->rank(); }
+  int size() const { return pa_->size(); }
 
  private:
-  EagerSgd(const SgdOptions& options, float* params, float* grads, size_t count, int rank, int size,
+  EagerSgd(const SgdOptions& options, float* params, float* grads, size_t count,
            std::unique_ptr<PartialAllreduce> pa);
   // Applies every round already complete; returns how many.
   Result<int> drain();
@@ -156,8 +157,6 @@ class EagerSgd {
   float* params_;
   float* grads_;
   size_t count_;
-  int rank_;
-  int size_;
   std::unique_ptr<PartialAllreduce> pa_;
   std::vector<float> velocity_;
   SgdStats stats_;

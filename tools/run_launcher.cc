@@ -349,7 +349,11 @@ void Launcher::rank_exited(Rank& r, int status) {
     how = "was killed by " + signal_text(WTERMSIG(status));
   }
   std::fprintf(stderr, "eagercomm-run: rank %d (pid %d) %s%s\n", r.index, static_cast<int>(r.pid),
-               how.c_str(), others ? "; stopping the other ranks" : "");
+               how.c_str(),
+               !others        ? ""
+               : o_.keep_going ? "; the others run on (--keep-going)"
+                               : "; stopping the other ranks");
+  if (o_.keep_going) return;
   // The others get a moment to see the failure themselves (a collective with the failed rank
   // returns an error naming it), then they are stopped.
   if (o_.stop_delay > nanoseconds::zero()) {

@@ -15,7 +15,7 @@ void usage(FILE* out) {  // --help
   std::fprintf(
       out,
       "usage: eagercomm-run -n N [--transport T] [--timeout DURATION] [--stop-delay DURATION]\n"
-      "                     [--no-prefix] [--] prog args...\n"
+      "                     [--keep-going] [--no-prefix] [--] prog args...\n"
       "  -n, --nproc N       number of ranks to start on this host (1..%d)\n"
       "  --transport T       set EAGERCOMM_TRANSPORT for every rank (auto|inproc|shm|ucx|verbs)\n"
       "  --timeout DURATION  stop the job this long after the launch and exit 124 (30s, 5m;\n"
@@ -23,6 +23,9 @@ void usage(FILE* out) {  // --help
       "  --stop-delay DURATION\n"
       "                      when a rank fails, how long the others may run on to notice it\n"
       "                      and exit by themselves before they get SIGTERM (default 2s)\n"
+      "  --keep-going        when a rank fails, let the others run on (for programs that\n"
+      "                      continue without it: Communicator::shrink(), on_failure=continue);\n"
+      "                      the exit status is still the first failed rank's\n"
       "  --no-prefix         do not prefix output lines with \"[rank] \"\n"
       "  -h, --help          this text\n"
       "Every rank gets EAGERCOMM_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _MASTER_ADDR,\n"
@@ -86,6 +89,10 @@ std::optional<Options> parse_options(int argc, char** argv, int& exit_code) {
     }
     if (arg == "--no-prefix") {
       o.prefix = false;
+      continue;
+    }
+    if (arg == "--keep-going") {
+      o.keep_going = true;
       continue;
     }
     std::optional<std::string> value;

@@ -21,6 +21,7 @@ struct Options {
   std::chrono::nanoseconds timeout{0};  // 0: none
   std::chrono::nanoseconds stop_delay = std::chrono::seconds(2);
   bool prefix = true;
+  bool keep_going = false;  // a failed rank does not stop the others
   std::vector<std::string> argv;
 };
 

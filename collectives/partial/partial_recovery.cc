@@ -66,7 +66,10 @@ Result<SurvivorState> decode(const Bytes& b, const std::string& key) {
 }  // namespace
 
 bool PartialAllreduce::Impl::continues_after(const Status& failure) const {
-  return comm_ != nullptr && failure.code() == StatusCode::kPeerFailed;
+  // A peer's failure, or the communicator shrunk under the object (the application's shrink()
+  // after a collective met the failure first destroyed the engine the rounds ran on).
+  return comm_ != nullptr && (failure.code() == StatusCode::kPeerFailed ||
+                              Communicator::Impl::of(*comm_).generation != generation_);
 }
 
 Status PartialAllreduce::Impl::recover() {
