@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "capi/capi_internal.h"
 #include "collectives/communicator_impl.h"
@@ -185,6 +186,25 @@ ec_status ec_allgather_on_stream(ec_comm* comm, const void* send, void* recv, si
 ec_status ec_allgather(ec_comm* comm, const void* send, void* recv, size_t count, ec_dtype dtype,
                        int64_t timeout_ms) {
   return ec_allgather_on_stream(comm, send, recv, count, dtype, nullptr, timeout_ms);
+}
+
+ec_status ec_comm_shrink(ec_comm* comm, int64_t timeout_ms, int* members, int capacity,
+                         int* count) {
+  return guarded("ec_comm_shrink", [&]() -> Status {
+    EC_ASSIGN_OR_RETURN(Communicator * c, comm_of(comm));
+    if (capacity < 0 || (members == nullptr && capacity > 0)) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "members buffer %s with capacity %d", members ? "given" : "null",
+                         capacity);
+    }
+    EC_ASSIGN_OR_RETURN(std::chrono::nanoseconds timeout, to_timeout(timeout_ms));
+    EC_ASSIGN_OR_RETURN(std::vector<int> left, c->shrink(timeout));
+    for (size_t i = 0; i < left.size() && i < static_cast<size_t>(capacity); ++i) {
+      members[i] = left[i];
+    }
+    if (count != nullptr) *count = static_cast<int>(left.size());
+    return Status::Ok();
+  });
 }
 
 ec_status ec_barrier(ec_comm* comm, int64_t timeout_ms) {

@@ -10,7 +10,7 @@ namespace eagercomm::capi {
 namespace {
 
 Result<PartialMode> to_mode(const ec_partial_options& o) {
-  switch (static_cast<int>(o.mode)) {
+  switch (static_cast<int>(o.mode) & ~EC_PARTIAL_CONTINUE_ON_FAILURE) {
     case EC_PARTIAL_SYNC:
       return PartialMode::sync();
     case EC_PARTIAL_SOLO:
@@ -108,6 +108,9 @@ ec_status ec_partial_create(ec_comm* comm, size_t count, ec_dtype dtype,
     popts.sync_every = o.sync_every;
     popts.seed = o.seed;
     popts.result_depth = o.result_depth;
+    popts.on_failure = (static_cast<int>(o.mode) & EC_PARTIAL_CONTINUE_ON_FAILURE) != 0
+                           ? OnFailure::kContinue
+                           : OnFailure::kFail;
     // The C++ create() checks the ranges (and that every rank agrees) and names what is wrong.
     EC_ASSIGN_OR_RETURN(std::unique_ptr<PartialAllreduce> pa,
                         PartialAllreduce::create(*c, count, type, mode, popts));

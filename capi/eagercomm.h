@@ -132,6 +132,14 @@ EC_API ec_status ec_comm_destroy(ec_comm* comm);
  * Idempotent. The handle stays valid; free it afterwards. */
 EC_API ec_status ec_comm_abort(ec_comm* comm, const char* reason);
 
+/* Collective over the ranks still alive, after a call failed with EC_PEER_FAILED: they agree
+ * on who is left and `comm` is rebuilt over them in place (its rank and size change; see
+ * Communicator::shrink in communicator.h). `members` (may be NULL) receives up to `capacity` of
+ * the members' former ranks, in their new order, and *count (may be NULL) their number. A rank
+ * that was left out gets EC_PEER_FAILED. timeout_ms as for collectives. */
+EC_API ec_status ec_comm_shrink(ec_comm* comm, int64_t timeout_ms, int* members, int capacity,
+                                int* count);
+
 /* Destroys `comm` if that has not been done and releases the handle. NULL is a no-op.
  * Partial allreduces made on it must be freed first or afterwards; they fail with EC_ABORTED
  * once it is gone. */
@@ -196,6 +204,12 @@ typedef EC_ENUM(ec_partial_mode){
     EC_PARTIAL_ADAPTIVE = 4, /* sync, or solo while measured compute times promise 1.3x per epoch */
     EC_PARTIAL_DEADLINE = 5  /* every rank, or ec_partial_options.deadline_us after the first */
 } ec_partial_mode;
+
+/* OR'd into ec_partial_options.mode (mode = EC_PARTIAL_SOLO | EC_PARTIAL_CONTINUE_ON_FAILURE):
+ * when a rank dies or is declared hung, the survivors shrink the communicator (ec_comm_shrink)
+ * and the object goes on over them (C++: OnFailure::kContinue, partial_allreduce.h). The
+ * communicator must outlive the object; every rank must pass the flag alike. */
+#define EC_PARTIAL_CONTINUE_ON_FAILURE 0x100
 
 typedef EC_ENUM(ec_late_policy){EC_LATE_CARRY = 0, EC_LATE_DROP = 1} ec_late_policy;
 

@@ -33,7 +33,8 @@
 // Failures: a peer that dies (its process ends, the transport loses it) or hangs (nothing heard
 // from it for EAGERCOMM_TIMEOUT: stopped, deadlocked, unreachable) fails every pending and later
 // operation that needs it with kPeerFailed naming it. A peer that is only slow (alive, its
-// heartbeats arrive) is waited for until the call's timeout.
+// heartbeats arrive) is waited for until the call's timeout. The survivors may then go on
+// without it: shrink() below.
 //
 // Threading: a Communicator may be used from several threads, but the order of collective
 // calls must be the same on every rank, which is only well defined when one thread calls them

@@ -62,8 +62,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 // The decider: the members are the ranks that published a view. It waits for every rank that no
 // view calls gone, until `deadline`, then looks once more for the ones called gone: a rank that
 // left the old group by shrinking published its view before its exit notice went out.
-Result<std::vector<int>> decide_members(Store& store, const std::string& prefix, int rank,
-                                        int size, const std::vector<int>& gone,
+Result<std::vector<int>> decide_members(Store& store, const std::string& prefix, int rank, int size,
+                                        const std::vector<int>& gone,
                                         std::chrono::steady_clock::time_point deadline) {
   std::vector<bool> out(size, false), seen(size, false);
   for (int g : gone) out[g] = true;
@@ -149,10 +149,9 @@ Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) 
   // The decider may take the whole timeout to wait for late ranks before it publishes.
   const std::chrono::nanoseconds members_timeout =
       store_timeout == kWaitForever || store_timeout > kWaitForever / 4 ? kWaitForever
-                                                                          : 2 * store_timeout;
+                                                                        : 2 * store_timeout;
   EC_ASSIGN_OR_RETURN(Bytes packed, store.get(prefix + "members", members_timeout));
-  EC_ASSIGN_OR_RETURN(std::vector<int> members,
-                      decode_ranks(packed, size, prefix + "members"));
+  EC_ASSIGN_OR_RETURN(std::vector<int> members, decode_ranks(packed, size, prefix + "members"));
   const auto me = std::find(members.begin(), members.end(), rank);
   if (me == members.end()) {
     return make_status(StatusCode::kPeerFailed,
@@ -169,10 +168,14 @@ Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) 
   EC_INFO(kColl, "shrink: ranks %s left; rank %d of %d is now rank %d of %d",
           rank_list(left).c_str(), rank, size, new_rank, new_size);
 
+  // A member that dies now fails the bootstrap below after the timeout, naming it; the
+  // generation is spent either way, so that calling shrink() again agrees afresh (without it).
+  im.generation = generation;
+  im.members = members;
   Config config = old->config();
-  EC_ASSIGN_OR_RETURN(std::shared_ptr<detail::CommCore> fresh,
-                      detail::CommCore::create(store, prefix + "comm", new_rank, new_size, config,
-                                               im.in_process));
+  EC_ASSIGN_OR_RETURN(
+      std::shared_ptr<detail::CommCore> fresh,
+      detail::CommCore::create(store, prefix + "comm", new_rank, new_size, config, im.in_process));
   fresh->reserve_stream_ids(old->next_stream_id());
   {
     std::lock_guard lock(im.device_mu);
@@ -180,8 +183,6 @@ Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) 
   }
   im.spare_small.reset();
   im.core = std::move(fresh);
-  im.generation = generation;
-  im.members = members;
   log_set_thread_rank(new_rank);
   return members;
 }

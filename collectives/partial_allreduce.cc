@@ -462,8 +462,8 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
       Status stop = check();
       if (stop.ok()) continue;
       impl_->last_timeout_ = "partial allreduce: rank " + std::to_string(s.rank) +
-                             " stopped waiting for round " + std::to_string(impl_->taken_) +
-                             ": " + stop.message();
+                             " stopped waiting for round " + std::to_string(impl_->taken_) + ": " +
+                             stop.message();
       return stop;
     }
     if (!ready) {

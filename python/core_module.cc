@@ -209,6 +209,17 @@ class PyComm {
     comm_->abort(reason);
   }
 
+  std::vector<int> shrink(std::optional<double> timeout) {
+    const std::chrono::nanoseconds t = timeout_of(timeout);
+    Result<std::vector<int>> members = [&] {
+      pyb::gil_scoped_release nogil;
+      return comm_->shrink(t);
+    }();
+    check(members.status());
+    return std::move(members).value();
+  }
+  uint32_t generation() const { return comm_->generation(); }
+
   void destroy() {
     pyb::gil_scoped_release nogil;
     comm_->destroy();
@@ -270,7 +281,7 @@ class PyPartial {
   // InvalidArgumentError naming it (on this rank, before the collective creation starts).
   PyPartial(pyb::object comm, pyb::handle count_arg, pyb::handle dtype, const std::string& mode,
             const std::string& late, pyb::handle sync_every_arg, pyb::handle seed_arg,
-            pyb::handle result_depth_arg)
+            pyb::handle result_depth_arg, const std::string& on_failure)
       : comm_ref_(std::move(comm)) {
     PyComm& c = comm_ref_.cast<PyComm&>();
     const size_t count = uint_arg(count_arg, "PartialAllreduce: count", INT64_MAX);
@@ -293,6 +304,13 @@ class PyPartial {
     options.sync_every = sync_every;
     options.seed = seed;
     options.result_depth = result_depth;
+    if (on_failure == "fail") {
+      options.on_failure = OnFailure::kFail;
+    } else if (on_failure == "continue") {
+      options.on_failure = OnFailure::kContinue;
+    } else {
+      raise_value_error("on_failure '" + on_failure + "' is neither 'fail' nor 'continue'");
+    }
     Result<std::unique_ptr<PartialAllreduce>> pa = [&] {
       pyb::gil_scoped_release nogil;
       return PartialAllreduce::create(c.comm(), count, type, m.value(), options);
@@ -417,6 +435,9 @@ class PyPartial {
 
   pyb::object comm_ref_;  // the communicator outlives its partial allreduces
   std::unique_ptr<PartialAllreduce> pa_;
+
+ public:
+  PartialAllreduce& pa() { return *pa_; }
 };
 
 }  // namespace
@@ -440,6 +461,12 @@ PYBIND11_MODULE(_core, m) {
                   "srun).")
       .def_property_readonly("rank", &PyComm::rank)
       .def_property_readonly("size", &PyComm::size)
+      .def_property_readonly("generation", &PyComm::generation,
+                             "How many times shrink() has rebuilt this communicator.")
+      .def("shrink", &PyComm::shrink, arg("timeout") = pyb::none(),
+           "Collective over the survivors after a PeerFailedError: agree on who is left and "
+           "rebuild this communicator over them, in place (rank and size change). Returns the "
+           "members' former ranks, in their new order.")
       .def_property_readonly("transport", &PyComm::transport)
       .def("allreduce", &PyComm::allreduce, arg("send"), arg("recv") = pyb::none(),
            arg("op") = "sum", arg("timeout") = pyb::none(),
@@ -476,9 +503,10 @@ PYBIND11_MODULE(_core, m) {
                          "Partial allreduce (eager-SGD): collective creation, then post / poll "
                          "/ wait at each rank's own pace, flush at the end.")
       .def(pyb::init<pyb::object, pyb::handle, pyb::handle, const std::string&, const std::string&,
-                     pyb::handle, pyb::handle, pyb::handle>(),
+                     pyb::handle, pyb::handle, pyb::handle, const std::string&>(),
            arg("comm"), arg("count"), arg("dtype"), arg("mode") = "solo", arg("late") = "carry",
-           arg("sync_every") = 0, arg("seed") = 0, arg("result_depth") = 4)
+           arg("sync_every") = 0, arg("seed") = 0, arg("result_depth") = 4,
+           arg("on_failure") = "fail")
       .def("post", &PyPartial::post, arg("gradient"))
       .def("poll", &PyPartial::poll, arg("out") = pyb::none(), "The next completed Round, or None.")
       .def("wait", &PyPartial::wait, arg("out") = pyb::none(), arg("timeout") = pyb::none(),
@@ -491,6 +519,13 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("count", &PyPartial::count)
       .def_property_readonly("dtype", &PyPartial::dtype)
       .def_property_readonly("mode", &PyPartial::mode)
+      .def_property_readonly(
+          "rank", [](PyPartial& self) { return self.pa().rank(); },
+          "This rank's number in the group the rounds run over now (after a failure survived, "
+          "on_failure='continue': the survivors')")
+      .def_property_readonly(
+          "size", [](PyPartial& self) { return self.pa().size(); },
+          "The number of ranks the rounds run over now")
       .def_property_readonly("stats", &PyPartial::stats)
       .def("lateness", &PyPartial::lateness,
            "Straggler attribution: per rank, rounds it was fresh, late (carried) or absent in, "

@@ -54,8 +54,10 @@ Result<StalenessRule> parse_staleness_rule(std::string_view text) {
 
 double SgdStats::fresh_fraction(int size) const {
   if (rounds_applied == 0 || size <= 0) return 0.0;
-  return static_cast<double>(fresh_contributions) /
-         (static_cast<double>(rounds_applied) * static_cast<double>(size));
+  // Over the ranks each round had: a failure survived changes the size.
+  const double slots = rank_rounds > 0 ? static_cast<double>(rank_rounds)
+                                       : static_cast<double>(rounds_applied) * size;
+  return static_cast<double>(fresh_contributions) / slots;
 }
 
 double SgdStats::mean_staleness() const {
@@ -193,6 +195,7 @@ void EagerSgd::apply(const RoundResult& result) {
   }
   ++stats_.rounds_applied;
   stats_.fresh_contributions += static_cast<uint64_t>(result.fresh_count());
+  stats_.rank_rounds += static_cast<uint64_t>(result.ranks());
   const size_t age = std::min<size_t>(static_cast<size_t>(std::max(result.max_age(), 0)),
                                       stats_.staleness.size() - 1);
   ++stats_.staleness[age];

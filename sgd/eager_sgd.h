@@ -90,6 +90,7 @@ struct SgdStats {
   uint64_t late_posts = 0;           // own posts carried into a later round (or dropped)
   uint64_t blocking_steps = 0;       // steps that had to wait for a round
   uint64_t fresh_contributions = 0;  // sum over applied rounds of their fresh ranks
+  uint64_t rank_rounds = 0;          // sum over applied rounds of their ranks
   // staleness[a]: applied rounds whose oldest carried gradient was a rounds old (the last bin
   // counts everything older).
   std::vector<uint64_t> staleness = std::vector<uint64_t>(9, 0);
@@ -100,7 +101,8 @@ struct SgdStats {
   double lr_sum = 0;                      // sum over applied rounds of the rate in force
   double staleness_sum = 0;               // sum over applied rounds of their mean staleness
 
-  // Mean fraction of ranks that were fresh in the applied rounds.
+  // Mean fraction of ranks that were fresh in the applied rounds (`size`: for stats made before
+  // rank_rounds was counted).
   double fresh_fraction(int size) const;
   // Mean and max of the per-round oldest staleness.
   double mean_staleness() const;
@@ -142,6 +144,11 @@ class EagerSgd {
   // The momentum the next round is applied with (after the staleness rule).
   double current_momentum() const;
   const SgdOptions& options() const { return options_; }
+  // on_failure=continue, after the application shrank the communicator itself (one of its own
+  // collectives met the failure first): applies what completed and moves the rounds to the new
+  // group now, meeting the survivors whose rounds met the failure (they wait for this rank's
+  // account of the rounds before going on).
+  Status rejoin() { return drain().status(); }
   // The group the rounds run over now (the survivors' after a failure survived).
   int rank() const { return pa_->rank(); }
   int size() const { return pa_->size(); }

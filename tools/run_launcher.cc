@@ -350,7 +350,7 @@ void Launcher::rank_exited(Rank& r, int status) {
   }
   std::fprintf(stderr, "eagercomm-run: rank %d (pid %d) %s%s\n", r.index, static_cast<int>(r.pid),
                how.c_str(),
-               !others        ? ""
+               !others         ? ""
                : o_.keep_going ? "; the others run on (--keep-going)"
                                : "; stopping the other ranks");
   if (o_.keep_going) return;

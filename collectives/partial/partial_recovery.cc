@@ -102,8 +102,8 @@ Status PartialAllreduce::Impl::recover() {
             cause.message().c_str());
     Result<std::vector<int>> shrunk = comm_->shrink();
     if (!shrunk.ok()) {
-      EC_ERROR(kPartial, "partial allreduce %u: cannot continue after the failure: %s",
-               old.stream, shrunk.status().to_string().c_str());
+      EC_ERROR(kPartial, "partial allreduce %u: cannot continue after the failure: %s", old.stream,
+               shrunk.status().to_string().c_str());
       return shrunk.status();
     }
   } else if (ci.generation != generation_ + 1) {
@@ -152,8 +152,8 @@ Status PartialAllreduce::Impl::recover() {
                            "partial allreduce %u: round %llu's result is no longer held here",
                            old.stream, static_cast<unsigned long long>(r));
       }
-      EC_RETURN_IF_ERROR(store.set(prefix + "round/" + std::to_string(r),
-                                   Bytes(data, data + result_bytes)));
+      EC_RETURN_IF_ERROR(
+          store.set(prefix + "round/" + std::to_string(r), Bytes(data, data + result_bytes)));
     }
   }
   for (uint64_t r = delivered; r < most; ++r) {
@@ -164,8 +164,8 @@ Status PartialAllreduce::Impl::recover() {
                          key.c_str(), b.size());
     }
     auto bytes = std::make_shared<const std::vector<uint8_t>>(std::move(b));
-    pending_.push_back(Pending{result_of(std::move(bytes), r, old_size, old.count, old.type),
-                               result_bytes});
+    pending_.push_back(
+        Pending{result_of(std::move(bytes), r, old_size, old.count, old.type), result_bytes});
   }
   // A flush that returned on a survivor before the failure ends here at its round (every rank
   // was in it, so this one is, or has returned from it too).
@@ -175,9 +175,9 @@ Status PartialAllreduce::Impl::recover() {
   // 4. The new group's state, with this rank's contributions that no result holds.
   PartialMode mode = old.mode;
   if (mode.kind == PartialKind::kQuorum) mode.quorum = std::min(mode.quorum, core->size());
-  EC_ASSIGN_OR_RETURN(std::shared_ptr<PartialShared> shared,
-                      PartialShared::make(core, old.stream, old.count, old.type, mode,
-                                          old.options));
+  EC_ASSIGN_OR_RETURN(
+      std::shared_ptr<PartialShared> shared,
+      PartialShared::make(core, old.stream, old.count, old.type, mode, old.options));
   detail::ContributionBuffer& carry = *shared->buffers[0];
   auto add = [&](const void* data, uint32_t posts) {
     if (carry.posts == 0) {

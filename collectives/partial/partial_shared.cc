@@ -37,8 +37,7 @@ Result<std::shared_ptr<PartialShared>> PartialShared::make(std::shared_ptr<CommC
   shared->type = type;
   shared->bytes = count * dtype_size(type);
   shared->mode = mode;
-  shared->tail_bytes =
-      meta_elements(type, shared->size, shared->meta_compute()) * dtype_size(type);
+  shared->tail_bytes = meta_elements(type, shared->size, shared->meta_compute()) * dtype_size(type);
   shared->options = options;
   shared->core = core;
   const bool backups = options.on_failure == OnFailure::kContinue;

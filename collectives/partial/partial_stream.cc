@@ -415,7 +415,8 @@ void PartialStream::start(uint64_t index, Round& round) {
   if (buf.posts == 0 && shared_->bytes) std::memset(buf.data(), 0, shared_->bytes);
   // on_failure=continue: the data phase overwrites the contribution, which a survivor of a
   // failure of this round carries to the new group (partial_recovery.cc).
-  if (!buf.backup.empty() && buf.posts > 0) std::memcpy(buf.backup.data(), buf.data(), shared_->bytes);
+  if (!buf.backup.empty() && buf.posts > 0)
+    std::memcpy(buf.backup.data(), buf.data(), shared_->bytes);
   buf.backup_posts = buf.posts;
   void* tail = shared_->tail(round.buffer);
   std::memset(tail, 0, shared_->tail_bytes);

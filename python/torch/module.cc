@@ -340,7 +340,8 @@ PYBIND11_MODULE(_torch, m) {
                        uint64_t warmup_rounds, double warmup_start,
                        std::vector<uint64_t> milestones, double gamma, const std::string& late,
                        uint32_t sync_every, uint64_t seed, uint32_t result_depth, double timeout_s,
-                       bool broadcast_initial, const std::string& staleness, double solo_speedup) {
+                       bool broadcast_initial, const std::string& staleness, double solo_speedup,
+                       const std::string& on_failure) {
              if (!comm) throw py::value_error("EagerSGD: no communicator");
              check_flat(params, "EagerSGD", "the parameter buffer");
              check_flat(grads, "EagerSGD", "the gradient buffer");
@@ -366,6 +367,12 @@ PYBIND11_MODULE(_torch, m) {
                                      std::to_string(PartialOptions::kMaxSoloSpeedup) + "]");
              }
              o.partial.solo_speedup = solo_speedup;
+             if (on_failure != "fail" && on_failure != "continue") {
+               throw py::value_error("EagerSGD: on_failure '" + on_failure +
+                                     "' is neither 'fail' nor 'continue'");
+             }
+             o.partial.on_failure =
+                 on_failure == "continue" ? OnFailure::kContinue : OnFailure::kFail;
              o.broadcast_initial = broadcast_initial;
              o.timeout = to_timeout(timeout_s, "EagerSGD");
              py::gil_scoped_release nogil;  // create() is collective
@@ -376,7 +383,7 @@ PYBIND11_MODULE(_torch, m) {
            py::arg("warmup_start"), py::arg("milestones"), py::arg("gamma"), py::arg("late"),
            py::arg("sync_every"), py::arg("seed"), py::arg("result_depth"), py::arg("timeout_s"),
            py::arg("broadcast_initial"), py::arg("staleness") = "momentum",
-           py::arg("solo_speedup") = PartialOptions{}.solo_speedup)
+           py::arg("solo_speedup") = PartialOptions{}.solo_speedup, py::arg("on_failure") = "fail")
       .def("step", &EagerSgdHandle::step, py::call_guard<py::gil_scoped_release>())
       .def("finish", &EagerSgdHandle::finish, py::call_guard<py::gil_scoped_release>())
       .def("stats", [](const EagerSgdHandle& h) { return sgd_stats(h.opt()); })

@@ -125,6 +125,9 @@ std::string train_usage() {
   --sync-every N     every N-th round synchronous [0: never]
   --imbalance K:D    each step K ranks, drawn by a shared PRNG, sleep D ms [none]
   --imbalance linear:D  rank r sleeps r * D ms every step
+  --on-failure F     fail | continue: whether the survivors of a dead or hung rank go on
+                     training without it (eagercomm-run --keep-going) [fail]
+  --die-at R:S       fault injection: rank R SIGKILLs itself before its step S of the run
   --seed S           model initialisation, shuffling, imbalance draws; the lstm data [1]
   --seeds S,..       train every mode once per seed, report the spread [--seed]
   --evals-per-epoch K  test evaluations per epoch, equally spaced, the last at its end [1]
@@ -210,6 +213,22 @@ Result<TrainOptions> parse_train_options(int argc, char** argv) {
          EC_ASSIGN_OR_RETURN(int64_t k, to_int(opt, v.substr(0, colon), 0, 1 << 20));
          EC_ASSIGN_OR_RETURN(o.imbalance_ms, to_double(opt, v.substr(colon + 1), 0.0, 1e6));
          o.imbalance_k = static_cast<int>(k);
+         return Status::Ok();
+       }},
+      {"--on-failure",
+       [&o](const std::string& opt, const std::string& v) -> Status {
+         if (v != "fail" && v != "continue") return bad(opt, v, "expected fail or continue");
+         o.on_failure = v == "continue" ? OnFailure::kContinue : OnFailure::kFail;
+         return Status::Ok();
+       }},
+      {"--die-at",
+       [&o](const std::string& opt, const std::string& v) -> Status {
+         const size_t colon = v.find(':');
+         if (colon == std::string::npos) return bad(opt, v, "expected R:S (rank:step)");
+         EC_ASSIGN_OR_RETURN(int64_t r, to_int(opt, v.substr(0, colon), 0, 1 << 20));
+         EC_ASSIGN_OR_RETURN(int64_t step, to_int(opt, v.substr(colon + 1), 0, INT64_MAX));
+         o.die_rank = static_cast<int>(r);
+         o.die_step = static_cast<uint64_t>(step);
          return Status::Ok();
        }},
       {"--seed", integer(&o.seed, 0, INT64_MAX)},

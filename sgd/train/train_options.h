@@ -41,6 +41,13 @@ struct TrainOptions {
   // Eager modes stop at the first evaluation, after --epochs epochs, that reaches the seed's sync
   // accuracy (needs sync first in --mode).
   bool stop_at_target = false;
+  // --on-failure continue: a rank that dies or hangs leaves the survivors training (the rounds'
+  // on_failure=continue; the trainer's own collectives shrink the communicator too).
+  OnFailure on_failure = OnFailure::kFail;
+  // --die-at R:S, fault injection for tests and demonstrations: rank R (as numbered at the
+  // start) SIGKILLs itself before its step S (counted over the run, from 0). -1: nobody.
+  int die_rank = -1;
+  uint64_t die_step = 0;
   int epochs_for(const PartialMode& m) const {
     return m.kind == PartialKind::kSync || eager_epochs <= 0 ? epochs : eager_epochs;
   }

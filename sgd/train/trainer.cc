@@ -2,10 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -132,10 +135,31 @@ Status average_stats(Communicator& comm, FlatParameters& flat) {
   return Status::Ok();
 }
 
+// --on-failure continue: runs the trainer's own collective `fn` again over the survivors when it
+// met a failed rank (the rounds shrink the communicator themselves when they meet it first).
+// `opt` (may be null) is moved to the new group at once: survivors whose rounds met the failure
+// wait for its account of the rounds.
+Status survive(Communicator& comm, const TrainOptions& o, EagerSgd* opt,
+               const std::function<Status()>& fn) {
+  Status s = fn();
+  if (s.ok() || o.on_failure != OnFailure::kContinue || s.code() != StatusCode::kPeerFailed) {
+    return s;
+  }
+  std::fprintf(stderr, "eagercomm-train: %s; continuing with the survivors\n", s.message().c_str());
+  EC_RETURN_IF_ERROR(comm.shrink().status());
+  if (opt != nullptr) EC_RETURN_IF_ERROR(opt->rejoin());
+  return fn();
+}
+
 // `target`: stop once past o.epochs at an evaluation that reaches it (--stop-at-target).
+// `steps_run`: steps of this rank over the run so far (--die-at).
 Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, PartialMode mode,
-                              uint64_t seed, const TaskData& d, std::optional<double> target) {
-  const int P = comm.size(), rank = comm.rank();
+                              uint64_t seed, const TaskData& d, std::optional<double> target,
+                              uint64_t& steps_run) {
+  // A failure survived (--on-failure continue) renumbers the ranks: P and rank are re-read at
+  // every epoch.
+  int P = comm.size(), rank = comm.rank();
+  const int first_rank = rank;
   ModelOptions mo;
   mo.seed = static_cast<int64_t>(seed & 0x7fffffffffffffffull);
   if (d.sequences) {
@@ -158,12 +182,12 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
   so.momentum = mode.kind == PartialKind::kSync ? o.momentum : o.eager_momentum_in_force();
   so.weight_decay = o.weight_decay;
   so.staleness = o.staleness;
+  so.partial.on_failure = o.on_failure;
   EC_ASSIGN_OR_RETURN(
       std::unique_ptr<EagerSgd> opt,
       EagerSgd::create(comm, flat.params(), flat.grads(), flat.count(), MemoryKind::kHost, so));
 
-  const size_t per_rank = shard_size(d.n_train, P);
-  const size_t steps = per_rank / static_cast<size_t>(o.batch);
+  size_t steps = shard_size(d.n_train, P) / static_cast<size_t>(o.batch);
   if (steps == 0) {
     return make_status(StatusCode::kInvalidArgument,
                        "eagercomm-train: %zu training samples over %d ranks give no full batch "
@@ -191,23 +215,34 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
   double trained = 0;  // seconds, evaluation excluded
   // Evaluates and appends a curve point at `trained` seconds, all ranks agreeing on the time.
   auto record = [&](double epoch, uint64_t step, double loss) -> Status {
-    EC_ASSIGN_OR_RETURN(double accuracy, evaluate_all(comm, model, d));
-    double slowest = trained;
-    EC_RETURN_IF_ERROR(comm.allreduce(&slowest, &slowest, 1, DataType::kFloat64, ReduceOp::kMax));
+    double accuracy = 0, slowest = 0;
+    EC_RETURN_IF_ERROR(survive(comm, o, opt.get(), [&]() -> Status {
+      EC_ASSIGN_OR_RETURN(accuracy, evaluate_all(comm, model, d));
+      slowest = trained;
+      return comm.allreduce(&slowest, &slowest, 1, DataType::kFloat64, ReduceOp::kMax);
+    }));
     report.curve.push_back({epoch, step, slowest, accuracy, loss});
     return Status::Ok();
   };
   // Time 0: every curve starts at the initial model (create() made the replicas identical).
   EC_RETURN_IF_ERROR(record(0.0, 0, std::nan("")));
-  EC_RETURN_IF_ERROR(comm.barrier());
+  EC_RETURN_IF_ERROR(survive(comm, o, opt.get(), [&] { return comm.barrier(); }));
   double epoch_loss = 0;
   const int epochs = o.epochs_for(mode);
   bool stop = false;
   for (int epoch = 0; epoch < epochs && !stop; ++epoch) {
+    if (comm.size() != P) {  // survivors of a failure: their shards and steps grow
+      P = comm.size();
+      rank = comm.rank();
+      steps = shard_size(d.n_train, P) / static_cast<size_t>(o.batch);
+      const size_t every = std::min(evals, steps);
+      ends.assign(every, 0);
+      for (size_t k = 0; k < every; ++k) ends[k] = (k + 1) * steps / every;
+    }
     const std::vector<size_t> shard = epoch_shard(d.n_train, rank, P, seed, epoch);
     epoch_loss = 0;
     size_t s = 0;
-    for (size_t k = 0; k < evals; ++k) {
+    for (size_t k = 0; k < ends.size(); ++k) {
       const auto start = Clock::now();
       double segment_loss = 0, window = 0;
       const size_t first = s;
@@ -229,6 +264,13 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
             std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.imbalance_ms));
           }
         }
+        if (first_rank == o.die_rank && steps_run == o.die_step) {
+          std::fprintf(stderr, "eagercomm-train: rank %d dies before step %llu (--die-at)\n",
+                       first_rank, static_cast<unsigned long long>(steps_run));
+          std::fflush(nullptr);
+          ::raise(SIGKILL);
+        }
+        ++steps_run;
         EC_RETURN_IF_ERROR(opt->step());
         if (rank == 0 && o.log_every > 0 && (s + 1) % o.log_every == 0) {
           const double t = trained + seconds_since(start);
@@ -243,13 +285,19 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
       // (an eager run pays for it), the evaluation is not.
       EC_RETURN_IF_ERROR(opt->finish());
       trained += seconds_since(start);
-      EC_RETURN_IF_ERROR(average_stats(comm, flat));
+      {
+        const std::vector<float> stats(flat.stats(), flat.stats() + flat.stats_count());
+        EC_RETURN_IF_ERROR(survive(comm, o, opt.get(), [&] {
+          std::copy(stats.begin(), stats.end(), flat.stats());  // a failed try may have written
+          return average_stats(comm, flat);
+        }));
+      }
       epoch_loss += segment_loss;
       const uint64_t done = static_cast<uint64_t>(epoch) * steps + s;
       EC_RETURN_IF_ERROR(record(static_cast<double>(done) / static_cast<double>(steps), done,
                                 segment_loss / static_cast<double>(s - first)));
       // Every rank sees the same accuracy (evaluate_all sums the counts), so all stop together.
-      if (k + 1 == evals && epoch + 1 >= o.epochs && target &&
+      if (k + 1 == ends.size() && epoch + 1 >= o.epochs && target &&
           report.curve.back().accuracy >= *target) {
         stop = true;
       }
@@ -317,6 +365,7 @@ Result<std::vector<ModeReport>> train(Communicator& comm, const TrainOptions& op
                        static_cast<long long>(failed));
   }
   std::vector<ModeReport> out;
+  uint64_t steps_run = 0;
   for (uint64_t seed : options.seeds_in_force()) {
     std::optional<double> target;  // this seed's sync accuracy, once sync has run
     for (PartialMode mode : options.modes) {
@@ -324,7 +373,8 @@ Result<std::vector<ModeReport>> train(Communicator& comm, const TrainOptions& op
           ModeReport r,
           train_mode(
               comm, options, mode, seed, data.value(),
-              options.stop_at_target && mode.kind != PartialKind::kSync ? target : std::nullopt));
+              options.stop_at_target && mode.kind != PartialKind::kSync ? target : std::nullopt,
+              steps_run));
       if (mode.kind == PartialKind::kSync && !target) target = r.accuracy;
       out.push_back(std::move(r));
     }

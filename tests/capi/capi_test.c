@@ -422,6 +422,25 @@ static void check_from_store(ec_comm* world, int rank, int size) {
   MUST(ec_barrier(world, EC_TIMEOUT_DEFAULT));
 }
 
+/* ec_comm_shrink with nobody gone: every rank stays, numbered as before, and the rebuilt
+ * communicator works. (Shrinking after a death: tests/system/continue_test.sh, shrink_test.) */
+static void check_shrink(ec_comm* comm, int rank, int size) {
+  expect_error("shrink into a null buffer of capacity 3", ec_comm_shrink(comm, 0, NULL, 3, NULL),
+               EC_INVALID_ARGUMENT, "ec_comm_shrink", "members buffer null");
+  int members[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  int count = -1;
+  MUST(ec_comm_shrink(comm, EC_TIMEOUT_DEFAULT, members, 8, &count));
+  if (count != size) fail("shrink with nobody gone: %d members of %d", count, size);
+  for (int i = 0; i < count && i < 8; ++i) {
+    if (members[i] != i) fail("shrink with nobody gone: member %d was rank %d", i, members[i]);
+  }
+  int r = -1, n = -1;
+  MUST(ec_comm_rank(comm, &r));
+  MUST(ec_comm_size(comm, &n));
+  if (r != rank || n != size) fail("after shrink: rank %d of %d, was %d of %d", r, n, rank, size);
+  check_allreduce(comm, rank, size);
+}
+
 int main(void) {
   if (ec_abi_version() != EAGERCOMM_ABI_VERSION) {
     fprintf(stderr, "ABI version %d, header %d\n", ec_abi_version(), EAGERCOMM_ABI_VERSION);
@@ -452,6 +471,9 @@ int main(void) {
   check_partial(comm, rank, size, EC_PARTIAL_SYNC, 0);
   check_partial(comm, rank, size, EC_PARTIAL_DEADLINE, 1000);
   check_partial(comm, rank, size, EC_PARTIAL_DEADLINE, 0);
+  check_partial(comm, rank, size,
+                (ec_partial_mode)(EC_PARTIAL_SOLO | EC_PARTIAL_CONTINUE_ON_FAILURE), 0);
+  check_shrink(comm, rank, size);
   check_from_store(comm, rank, size);
 
   /* Abort, then destroy: every later call fails with EC_ABORTED carrying the reason. */

@@ -118,8 +118,8 @@ void run_scenario(const Scenario& sc) {
       if (dies && step == kill_step && at == KillAt::kAfterPoll) break;
     }
     if (dies && at == KillAt::kInFlush && !dead) kill_soon();
-    if (!(dies && (at == KillAt::kBeforePost || at == KillAt::kAfterPost ||
-                   at == KillAt::kAfterPoll) )) {
+    if (!(dies &&
+          (at == KillAt::kBeforePost || at == KillAt::kAfterPost || at == KillAt::kAfterPoll))) {
       Result<uint64_t> first = pa.flush(record);
       if (!dies) {
         ASSERT_TRUE(first.ok()) << first.status().to_string();
@@ -168,9 +168,9 @@ void run_scenario(const Scenario& sc) {
 
 TEST(PartialContinue, SurvivorsAgreeAfterARankIsKilledAnywhere) {
   const std::vector<PartialMode> modes = {
-      PartialMode::solo(),        PartialMode::majority(), PartialMode::quorum_of(3),
-      PartialMode::sync(),        PartialMode::adaptive(),
-      PartialMode::deadline_of(std::chrono::milliseconds(2))};
+      PartialMode::solo(),       PartialMode::majority(),
+      PartialMode::quorum_of(3), PartialMode::sync(),
+      PartialMode::adaptive(),   PartialMode::deadline_of(std::chrono::milliseconds(2))};
   // EAGERCOMM_TEST_SEEDS widens the sweep (the default keeps make check short).
   const char* env = std::getenv("EAGERCOMM_TEST_SEEDS");
   const int seeds = env ? std::atoi(env) : 8;

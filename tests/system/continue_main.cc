@@ -148,8 +148,10 @@ int main(int argc, char** argv) {
   const double v = sum[victim];
   const long included = std::lround(std::log2(v + 1));
   if (v != std::ldexp(1.0, static_cast<int>(included)) - 1) {
-    std::fprintf(stderr, "continue_main: the dead rank's posts in the results (%.0f) are not a "
-                 "prefix of its posts\n", v);
+    std::fprintf(stderr,
+                 "continue_main: the dead rank's posts in the results (%.0f) are not a "
+                 "prefix of its posts\n",
+                 v);
     bad = 1;
   }
   if (c.size() != P - 1 || pa.size() != P - 1) {
@@ -157,10 +159,11 @@ int main(int argc, char** argv) {
                  me, c.size(), pa.size(), P - 1);
     bad = 1;
   }
-  std::printf("SURVIVOR rank=%d size=%d rounds=%llu digest=%016llx victim_posts=%ld "
-              "posts_total=%.0f\n",
-              me, c.size(), static_cast<unsigned long long>(rounds),
-              static_cast<unsigned long long>(digest), included, sum[P]);
+  std::printf(
+      "SURVIVOR rank=%d size=%d rounds=%llu digest=%016llx victim_posts=%ld "
+      "posts_total=%.0f\n",
+      me, c.size(), static_cast<unsigned long long>(rounds),
+      static_cast<unsigned long long>(digest), included, sum[P]);
   std::printf("POSTS rank=%d posts=%d\n", me, posts);
   std::fflush(stdout);
   return bad;

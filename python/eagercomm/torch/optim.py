@@ -39,7 +39,9 @@ class EagerSGD(torch.optim.Optimizer):
     milestones, gamma), which keeps replicas identical (torch lr schedulers are not supported);
     late "carry" (default) or "drop"; sync_every N makes every N-th round synchronous; seed
     (majority's shared PRNG); result_depth (rounds a rank may lag); timeout in seconds
-    (None or 0: EAGERCOMM_TIMEOUT; eagercomm.WAIT_FOREVER: no limit). The communicator: ``communicator=`` if given, else the
+    (None or 0: EAGERCOMM_TIMEOUT; eagercomm.WAIT_FOREVER: no limit); on_failure "fail"
+    (default) or "continue" (a rank that dies or hangs leaves the survivors training: the
+    communicator shrinks to them, under ``eagercomm-run --keep-going``). The communicator: ``communicator=`` if given, else the
     eagercomm ``process_group``'s, else the default group's when it runs eagercomm, else one
     joined from the launcher's environment.
 
@@ -53,7 +55,8 @@ class EagerSGD(torch.optim.Optimizer):
     def __init__(self, params, lr, momentum=0.9, weight_decay=0.0, mode="solo", *,
                  warmup_rounds=0, warmup_start=0.1, milestones=(), gamma=0.1, late="carry",
                  sync_every=0, seed=0, result_depth=4, timeout=0.0, broadcast_initial=True,
-                 staleness="momentum", solo_speedup=1.3, process_group=None, communicator=None):
+                 staleness="momentum", solo_speedup=1.3, on_failure="fail", process_group=None,
+                 communicator=None):
         defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay)
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
@@ -108,7 +111,8 @@ class EagerSGD(torch.optim.Optimizer):
             milestones=milestones, gamma=float(gamma), late=str(late),
             sync_every=sync_every, seed=seed, result_depth=result_depth,
             timeout_s=0.0 if timeout is None else float(timeout), broadcast_initial=bool(broadcast_initial),
-            staleness=str(staleness), solo_speedup=float(solo_speedup))
+            staleness=str(staleness), solo_speedup=float(solo_speedup),
+            on_failure=str(on_failure))
 
     def _rebind(self):
         """Makes every parameter and gradient a view of the flat buffers again (see class doc)."""
