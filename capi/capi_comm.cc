@@ -193,9 +193,8 @@ ec_status ec_comm_shrink(ec_comm* comm, int64_t timeout_ms, int* members, int ca
   return guarded("ec_comm_shrink", [&]() -> Status {
     EC_ASSIGN_OR_RETURN(Communicator * c, comm_of(comm));
     if (capacity < 0 || (members == nullptr && capacity > 0)) {
-      return make_status(StatusCode::kInvalidArgument,
-                         "members buffer %s with capacity %d", members ? "given" : "null",
-                         capacity);
+      return make_status(StatusCode::kInvalidArgument, "members buffer %s with capacity %d",
+                         members ? "given" : "null", capacity);
     }
     EC_ASSIGN_OR_RETURN(std::chrono::nanoseconds timeout, to_timeout(timeout_ms));
     EC_ASSIGN_OR_RETURN(std::vector<int> left, c->shrink(timeout));
