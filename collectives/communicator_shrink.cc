@@ -62,11 +62,12 @@ std::string rank_list(const std::vector<int>& ranks) {
 // The decider: the members are the ranks that published a view. It waits for every rank that no
 // view calls gone, until `deadline`, then looks once more for the ones called gone: a rank that
 // left the old group by shrinking published its view before its exit notice went out.
+// Meanwhile its old engine still takes in what peers send (exit notices, verdicts): the failure
+// that brought this rank here may have come before the news of who failed.
 Result<std::vector<int>> decide_members(Store& store, const std::string& prefix, int rank, int size,
-                                        const std::vector<int>& gone,
+                                        detail::CommCore& old,
                                         std::chrono::steady_clock::time_point deadline) {
   std::vector<bool> out(size, false), seen(size, false);
-  for (int g : gone) out[g] = true;
   seen[rank] = true;
   constexpr auto kLook = std::chrono::milliseconds(2);
   auto look = [&](int r) -> Result<bool> {
@@ -82,6 +83,8 @@ Result<std::vector<int>> decide_members(Store& store, const std::string& prefix,
     return true;
   };
   for (;;) {
+    old.engine().try_progress();
+    for (int g : old.gone_peers()) out[g] = true;
     bool waiting = false;
     for (int r = 0; r < size; ++r) {
       if (out[r] || seen[r]) continue;
@@ -139,12 +142,15 @@ Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) 
   std::vector<int> gone = old->gone_peers();
   Store& store = *im.bootstrap;
   EC_RETURN_IF_ERROR(store.set(prefix + "view/" + std::to_string(rank), encode_ranks(gone)));
-  old->destroy();
   EC_ASSIGN_OR_RETURN(int64_t ticket, store.add(prefix + "decider", 1));
-  if (ticket == 1) {
-    EC_ASSIGN_OR_RETURN(std::vector<int> decided,
-                        decide_members(store, prefix, rank, size, gone, deadline));
-    EC_RETURN_IF_ERROR(store.set(prefix + "members", encode_ranks(decided)));
+  if (ticket != 1) {
+    old->destroy();
+  } else {
+    // The decider stops its old group once it has decided.
+    Result<std::vector<int>> decided = decide_members(store, prefix, rank, size, *old, deadline);
+    old->destroy();
+    if (!decided.ok()) return decided.status();
+    EC_RETURN_IF_ERROR(store.set(prefix + "members", encode_ranks(decided.value())));
   }
   // The decider may take the whole timeout to wait for late ranks before it publishes.
   const std::chrono::nanoseconds members_timeout =
