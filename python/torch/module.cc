@@ -398,17 +398,23 @@ PYBIND11_MODULE(_torch, m) {
   py::class_<PartialHandle>(m, "_PartialAllreduce")
       .def(py::init([](std::shared_ptr<Communicator> comm, size_t count, const std::string& mode,
                        const std::string& late, uint32_t sync_every, uint64_t seed,
-                       uint32_t result_depth, double timeout_s) {
+                       uint32_t result_depth, double timeout_s, const std::string& on_failure) {
              if (!comm) throw py::value_error("partial_allreduce_hook: no communicator");
              PartialMode pm = mode_of(mode, "partial_allreduce_hook");
              PartialOptions po =
                  partial_options(late, sync_every, seed, result_depth, "partial_allreduce_hook");
+             if (on_failure != "fail" && on_failure != "continue") {
+               throw py::value_error("partial_allreduce_hook: on_failure '" + on_failure +
+                                     "' is neither 'fail' nor 'continue'");
+             }
+             po.on_failure = on_failure == "continue" ? OnFailure::kContinue : OnFailure::kFail;
              auto timeout = to_timeout(timeout_s, "partial_allreduce_hook");
              py::gil_scoped_release nogil;  // create() is collective
              return std::make_unique<PartialHandle>(std::move(comm), count, pm, po, timeout);
            }),
            py::arg("comm"), py::arg("count"), py::arg("mode"), py::arg("late"),
-           py::arg("sync_every"), py::arg("seed"), py::arg("result_depth"), py::arg("timeout_s"))
+           py::arg("sync_every"), py::arg("seed"), py::arg("result_depth"), py::arg("timeout_s"),
+           py::arg("on_failure") = "fail")
       .def("exchange", &PartialHandle::exchange)
       .def("flush_into", &PartialHandle::flush_into)
       .def("stats", &PartialHandle::stats)

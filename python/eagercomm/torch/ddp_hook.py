@@ -34,13 +34,19 @@ class PartialAllreduceState:
     sync_every: every N-th round synchronous (bounds staleness); seed: majority's PRNG;
     result_depth: how many rounds a rank may fall behind before the others wait for it;
     timeout: seconds a rank waits for a round (None or 0: EAGERCOMM_TIMEOUT;
-    eagercomm.WAIT_FOREVER: no limit; the rule of every eagercomm timeout). The communicator:
+    eagercomm.WAIT_FOREVER: no limit; the rule of every eagercomm timeout); on_failure "fail"
+    (default) or "continue": when a rank dies or hangs the buckets' rounds go on over the
+    survivors (the communicator shrinks in place, the hook divides by the survivors' number).
+    DDP's own collectives through the process group are not covered: use
+    ``broadcast_buffers=False`` (or a model without buffers), and compare or gather with
+    eagercomm's or ``dist.all_reduce`` rather than collectives sized by the original world.
+    The communicator:
     ``communicator=``, else ``process_group``'s (an eagercomm group), else the default group's
     when it runs eagercomm, else one joined from the launcher's environment.
     """
 
     def __init__(self, mode="solo", *, late="carry", sync_every=0, seed=0, result_depth=4,
-                 timeout=0.0, process_group=None, communicator=None):
+                 timeout=0.0, on_failure="fail", process_group=None, communicator=None):
         self.mode = str(mode)
         self.late = str(late)
         self.sync_every = uint_arg(sync_every, "PartialAllreduceState: sync_every",
@@ -49,6 +55,7 @@ class PartialAllreduceState:
         self.result_depth = uint_arg(result_depth, "PartialAllreduceState: result_depth",
                                      hint=" (accepted: 1 .. 1024)")
         self.timeout = 0.0 if timeout is None else float(timeout)
+        self.on_failure = str(on_failure)
         self._process_group = process_group
         self._comm = communicator
         self._buckets = {}  # (index, numel) -> [_PartialAllreduce, parameters]
@@ -72,7 +79,7 @@ class PartialAllreduceState:
             pa = _torch._PartialAllreduce(
                 self.communicator, tensor.numel(), mode=self.mode, late=self.late,
                 sync_every=self.sync_every, seed=self.seed, result_depth=self.result_depth,
-                timeout_s=self.timeout)
+                timeout_s=self.timeout, on_failure=self.on_failure)
             entry = [pa, list(bucket.parameters())]
             self._buckets[key] = entry
             self._order.append(key)
