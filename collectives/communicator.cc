@@ -164,7 +164,9 @@ Status Request::abandon(std::chrono::nanoseconds waited) {
 
 Communicator::Impl::Impl(std::shared_ptr<detail::CommCore> engine) : core(std::move(engine)) {}
 
-Communicator::Impl::~Impl() = default;
+Communicator::Impl::~Impl() {
+  for (detail::ContinuingObject* o : continuing) o->communicator_gone();
+}
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 

@@ -18,6 +18,17 @@ namespace detail {
 class DeviceStaging;
 }  // namespace detail
 
+namespace detail {
+// An object that goes on over the survivors after a shrink (a PartialAllreduce with
+// on_failure=continue): registered with its communicator, so that whichever of them meets the
+// failure first takes all of them over together (collectives/partial/partial_recovery.cc).
+struct ContinuingObject {
+  virtual ~ContinuingObject() = default;
+  // The communicator is being destroyed before the object: it fails from now on, as by default.
+  virtual void communicator_gone() = 0;
+};
+}  // namespace detail
+
 struct Communicator::Impl {
   explicit Impl(std::shared_ptr<detail::CommCore> engine);
   ~Impl();
@@ -59,6 +70,7 @@ struct Communicator::Impl {
   bool in_process = false;
   uint32_t generation = 0;
   std::vector<int> members;  // the latest shrink's members: their ranks before it
+  std::vector<detail::ContinuingObject*> continuing;  // in creation order (the same everywhere)
 };
 
 // Joins through `store` (kept by the communicator) as Communicator::create() does; `server` (may

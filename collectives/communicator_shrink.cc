@@ -3,16 +3,18 @@
 //
 // Agreement. The store is the one party every survivor can reach whatever died, so it decides:
 // under "<scope>/shrink<g>/" (g: the generation being made) every caller publishes the peers it
-// knows to be gone ("view/<rank>"), and the first caller to take the ticket ("decider") waits
-// until every rank that no published view calls gone has published its own, merging the views
-// as they come; at the timeout the ranks still silent are left out. It publishes the members
-// ("members"); every caller reads that one list, so all decide the same whatever each had seen.
+// knows to be gone ("view/<rank>", then raises "joined/<rank>"), and the first caller to take
+// the ticket ("decider") waits until every rank that no view calls gone has published its own,
+// merging the views as they come; at the timeout the ranks still silent are left out. It
+// publishes the members ("members": the ranks that published a view); every caller reads that
+// one list, so all decide the same whatever each had seen.
 // The members then bootstrap a new engine under "<scope>/shrink<g>/comm" (new transport
 // endpoints, new mailboxes: a failed peer may have left the old ones in any state).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/collective_log.h"
@@ -69,16 +71,15 @@ Result<std::vector<int>> decide_members(Store& store, const std::string& prefix,
                                         std::chrono::steady_clock::time_point deadline) {
   std::vector<bool> out(size, false), seen(size, false);
   seen[rank] = true;
-  constexpr auto kLook = std::chrono::milliseconds(2);
+  // Whether rank r has published: add(.., 0) answers at once on every store, where a get() with
+  // a short timeout may not (a c10d store's timed-out wait can leave its connection out of step).
   auto look = [&](int r) -> Result<bool> {
+    EC_ASSIGN_OR_RETURN(int64_t joined, store.add(prefix + "joined/" + std::to_string(r), 0));
+    if (joined == 0) return false;
     const std::string key = prefix + "view/" + std::to_string(r);
-    Result<Bytes> view = store.get(key, kLook);
-    if (!view.ok()) {
-      if (view.status().code() != StatusCode::kTimeout) return view.status();
-      return false;
-    }
+    EC_ASSIGN_OR_RETURN(Bytes view, store.get(key, std::chrono::seconds(30)));
     seen[r] = true;
-    EC_ASSIGN_OR_RETURN(std::vector<int> theirs, decode_ranks(view.value(), size, key));
+    EC_ASSIGN_OR_RETURN(std::vector<int> theirs, decode_ranks(view, size, key));
     for (int g : theirs) out[g] = true;
     return true;
   };
@@ -97,6 +98,7 @@ Result<std::vector<int>> decide_members(Store& store, const std::string& prefix,
       }
       break;
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (RuntimeClock::now() >= deadline) {
       std::vector<int> silent;
       for (int r = 0; r < size; ++r) {
@@ -142,6 +144,7 @@ Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) 
   std::vector<int> gone = old->gone_peers();
   Store& store = *im.bootstrap;
   EC_RETURN_IF_ERROR(store.set(prefix + "view/" + std::to_string(rank), encode_ranks(gone)));
+  EC_RETURN_IF_ERROR(store.add(prefix + "joined/" + std::to_string(rank), 1).status());
   EC_ASSIGN_OR_RETURN(int64_t ticket, store.add(prefix + "decider", 1));
   if (ticket != 1) {
     old->destroy();

@@ -213,6 +213,7 @@ Result<std::unique_ptr<PartialAllreduce>> PartialAllreduce::create(Communicator&
   if (options.on_failure == OnFailure::kContinue) {
     pa->impl_->comm_ = &comm;
     pa->impl_->generation_ = comm.generation();
+    Communicator::Impl::of(comm).continuing.push_back(pa->impl_.get());
   }
   pa->impl_->stream_ = std::make_unique<detail::PartialStream>(*core, shared);
   EC_RETURN_IF_ERROR(core->attach_stream(stream, pa->impl_->stream_.get()));
@@ -600,6 +601,8 @@ Result<std::optional<uint64_t>> PartialAllreduce::flush_in_group(
 
 void PartialAllreduce::destroy() {
   if (!impl_->shared_ || impl_->shared_->closed.exchange(true, std::memory_order_acq_rel)) return;
+  if (impl_->comm_ != nullptr)
+    std::erase(Communicator::Impl::of(*impl_->comm_).continuing, impl_.get());
   ScopedLogRank scoped(
       impl_->shared_->rank);  // a destructor runs on any thread (CommCore::destroy)
   detail::PartialStream* stream = impl_->stream_.get();

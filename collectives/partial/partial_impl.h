@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/communicator_impl.h"
 #include "collectives/partial/lateness_ledger.h"
 #include "collectives/partial/partial_shared.h"
 #include "collectives/partial/partial_stream.h"
@@ -22,7 +23,7 @@ namespace eagercomm {
 
 // One incarnation's engine side: the communicator's engine it runs on, the state it shares with
 // the application, its stream. A failure survived (on_failure=continue) replaces all three.
-struct PartialAllreduce::Impl {
+struct PartialAllreduce::Impl : detail::ContinuingObject {
   Impl(std::shared_ptr<detail::CommCore> core, std::shared_ptr<detail::PartialShared> shared)
       : core_(std::move(core)), shared_(std::move(shared)) {}
   // Hands `event` to the engine, waiting while its queue is full.
@@ -31,13 +32,19 @@ struct PartialAllreduce::Impl {
   std::optional<RoundResult> take();
   // on_failure=continue: keeps a copy of `r` (`bytes` of data and metadata) in held_.
   void hold(const RoundResult& r, size_t bytes);
+  void communicator_gone() override { comm_ = nullptr; }
   // Whether a failure of the current incarnation is one this object continues through.
   bool continues_after(const Status& failure) const;
   // on_failure=continue, once the current incarnation has failed (its results before the
-  // failure are queued): agrees with the survivors on the rounds, shrinks the communicator (or
-  // joins the shrink another object of it made) and starts a new incarnation over it
-  // (partial_recovery.cc). The error of a recovery that could not finish.
+  // failure are queued): shrinks the communicator (unless the application or another object of
+  // it did), then takes every object of the communicator that continues over to the survivors:
+  // agrees with them on the rounds and starts a new incarnation over them (partial_recovery.cc).
+  // The error of a recovery that could not finish.
   Status recover();
+  struct Recovery;
+  Status stop(Communicator::Impl& ci, Recovery& rec);
+  Status settle(Communicator::Impl& ci, Recovery& rec);
+  Status restart(Communicator::Impl& ci, Recovery& rec);
 
   std::shared_ptr<detail::CommCore> core_;
   std::shared_ptr<detail::PartialShared> shared_;

@@ -72,107 +72,140 @@ bool PartialAllreduce::Impl::continues_after(const Status& failure) const {
                               Communicator::Impl::of(*comm_).generation != generation_);
 }
 
-Status PartialAllreduce::Impl::recover() {
-  const std::shared_ptr<PartialShared> old_shared = shared_;
-  PartialShared& old = *old_shared;
-  const Status cause = old.error;
-  const int old_rank = old.rank;
-  const int old_size = old.size;
-  const size_t result_bytes = old.bytes + old.tail_bytes;
-
-  // 1. This group stops here.
+// What one object's recovery carries from phase to phase.
+struct PartialAllreduce::Impl::Recovery {
+  std::shared_ptr<PartialShared> old;
   std::vector<detail::PartialStream::Orphan> orphans;
+  uint64_t delivered = 0;  // global
+  size_t result_bytes = 0;
+  std::string prefix;  // this object's keys under the new generation
+  uint64_t most = 0, least = 0, flushes = 0, flush_round = 0;
+  int donor = -1;
+};
+
+Status PartialAllreduce::Impl::recover() {
+  Communicator::Impl& ci = Communicator::Impl::of(*comm_);
+  const uint32_t from = generation_;
+  if (ci.generation == from) {
+    EC_WARN(kPartial, "partial allreduce %u: %s; continuing with the survivors", shared_->stream,
+            shared_->error.message().c_str());
+    Result<std::vector<int>> shrunk = comm_->shrink();
+    if (!shrunk.ok()) {
+      EC_ERROR(kPartial, "partial allreduce %u: cannot continue after the failure: %s",
+               shared_->stream, shrunk.status().to_string().c_str());
+      return shrunk.status();
+    }
+  } else if (ci.generation != from + 1) {
+    return make_status(StatusCode::kPeerFailed,
+                       "partial allreduce %u: the communicator was shrunk %u times since this "
+                       "object's rounds last ran; it cannot tell which rounds the survivors hold",
+                       shared_->stream, ci.generation - from);
+  }
+  // Every object of the communicator that continues goes over now, phase by phase: each phase
+  // waits only for what the members' previous phases published, so ranks that meet the objects
+  // in different orders cannot wait for each other (partial_impl.h: one thread uses them).
+  std::vector<Impl*> group;
+  for (detail::ContinuingObject* c : ci.continuing) {
+    auto* o = static_cast<Impl*>(c);
+    if (o->generation_ == from) group.push_back(o);
+  }
+  std::vector<Recovery> rec(group.size());
+  for (size_t i = 0; i < group.size(); ++i) EC_RETURN_IF_ERROR(group[i]->stop(ci, rec[i]));
+  for (size_t i = 0; i < group.size(); ++i) EC_RETURN_IF_ERROR(group[i]->settle(ci, rec[i]));
+  for (size_t i = 0; i < group.size(); ++i) EC_RETURN_IF_ERROR(group[i]->restart(ci, rec[i]));
+  return Status::Ok();
+}
+
+// 1. This object's old group stops here; it publishes what it delivered.
+Status PartialAllreduce::Impl::stop(Communicator::Impl& ci, Recovery& rec) {
+  rec.old = shared_;
+  PartialShared& old = *rec.old;
+  // The engine the rounds ran on was destroyed by the shrink: the stream closed with it, and
+  // its error may say only that.
+  const Status cause = old.broken.load(std::memory_order_acquire)
+                           ? old.error
+                           : Status(StatusCode::kPeerFailed, "the communicator was shrunk");
+  rec.result_bytes = old.bytes + old.tail_bytes;
   detail::PartialStream* stream = stream_.get();
   core_->engine().run_exclusive([&] {
     stream->close(cause);
-    orphans = stream->orphans();
+    rec.orphans = stream->orphans();
   });
   core_->detach_stream(old.stream, cause.message());
   detail::RoundRecord record;
   while (old.results.try_pop(record)) {
     pending_.push_back(
-        Pending{result_in(old_shared, record.buffer, round_base_ + record.round), result_bytes});
+        Pending{result_in(rec.old, record.buffer, round_base_ + record.round), rec.result_bytes});
   }
-  const uint64_t delivered = round_base_ + old.delivered.load(std::memory_order_acquire);
+  rec.delivered = round_base_ + old.delivered.load(std::memory_order_acquire);
+  rec.prefix = ci.scope + "/shrink" + std::to_string(ci.generation) + "/partial" +
+               std::to_string(old.stream) + "/";
+  const SurvivorState mine{rec.delivered, flushes_done_, last_flush_round_};
+  return ci.bootstrap->set(rec.prefix + "state/" + std::to_string(old.rank), encode(mine));
+}
 
-  // 2. The survivors' group.
-  Communicator::Impl& ci = Communicator::Impl::of(*comm_);
-  if (ci.generation == generation_) {
-    EC_WARN(kPartial, "partial allreduce %u: %s; continuing with the survivors", old.stream,
-            cause.message().c_str());
-    Result<std::vector<int>> shrunk = comm_->shrink();
-    if (!shrunk.ok()) {
-      EC_ERROR(kPartial, "partial allreduce %u: cannot continue after the failure: %s", old.stream,
-               shrunk.status().to_string().c_str());
-      return shrunk.status();
-    }
-  } else if (ci.generation != generation_ + 1) {
-    return make_status(StatusCode::kPeerFailed,
-                       "partial allreduce %u: the communicator was shrunk %u times since this "
-                       "object's rounds last ran; it cannot tell which rounds the survivors hold",
-                       old.stream, ci.generation - generation_);
-  }
-  const std::vector<int> members = ci.members;
-  std::shared_ptr<detail::CommCore> core = ci.core;
+// 2. Who delivered what: the first survivor that delivered the most publishes what others miss.
+Status PartialAllreduce::Impl::settle(Communicator::Impl& ci, Recovery& rec) {
+  const PartialShared& old = *rec.old;
   Store& store = *ci.bootstrap;
-  const std::string prefix = ci.scope + "/shrink" + std::to_string(ci.generation) + "/partial" +
-                             std::to_string(old.stream) + "/";
-  const std::chrono::nanoseconds timeout = core->config().timeout > std::chrono::nanoseconds::zero()
-                                               ? core->config().timeout
-                                               : kWaitForever;
-
-  // 3. The rounds: who delivered what.
-  SurvivorState mine{delivered, flushes_done_, last_flush_round_};
-  EC_RETURN_IF_ERROR(store.set(prefix + "state/" + std::to_string(old_rank), encode(mine)));
-  uint64_t most = 0, least = UINT64_MAX, flushes = 0, flush_round = 0;
-  int donor = -1;
-  for (int m : members) {
-    const std::string key = prefix + "state/" + std::to_string(m);
+  const std::chrono::nanoseconds timeout =
+      ci.core->config().timeout.count() > 0 ? ci.core->config().timeout : kWaitForever;
+  rec.least = UINT64_MAX;
+  for (int m : ci.members) {
+    const std::string key = rec.prefix + "state/" + std::to_string(m);
     EC_ASSIGN_OR_RETURN(Bytes b, store.get(key, timeout));
     EC_ASSIGN_OR_RETURN(SurvivorState theirs, decode(b, key));
-    if (donor < 0 || theirs.delivered > most) donor = m;
-    most = std::max(most, theirs.delivered);
-    least = std::min(least, theirs.delivered);
-    if (theirs.flushes_done > flushes) {
-      flushes = theirs.flushes_done;
-      flush_round = theirs.last_flush_round;
+    if (rec.donor < 0 || theirs.delivered > rec.most) rec.donor = m;
+    rec.most = std::max(rec.most, theirs.delivered);
+    rec.least = std::min(rec.least, theirs.delivered);
+    if (theirs.flushes_done > rec.flushes) {
+      rec.flushes = theirs.flushes_done;
+      rec.flush_round = theirs.last_flush_round;
     }
   }
-  if (donor == old_rank) {
-    for (uint64_t r = least; r < most; ++r) {
-      const uint8_t* data = nullptr;
-      for (const Pending& p : pending_) {
-        if (p.result.round() == r) data = static_cast<const uint8_t*>(p.result.data());
-      }
-      for (const Held& h : held_) {
-        if (h.round == r && h.bytes.size() == result_bytes) data = h.bytes.data();
-      }
-      if (data == nullptr) {
-        return make_status(StatusCode::kInternal,
-                           "partial allreduce %u: round %llu's result is no longer held here",
-                           old.stream, static_cast<unsigned long long>(r));
-      }
-      EC_RETURN_IF_ERROR(
-          store.set(prefix + "round/" + std::to_string(r), Bytes(data, data + result_bytes)));
+  if (rec.donor != old.rank) return Status::Ok();
+  for (uint64_t r = rec.least; r < rec.most; ++r) {
+    const uint8_t* data = nullptr;
+    for (const Pending& p : pending_) {
+      if (p.result.round() == r) data = static_cast<const uint8_t*>(p.result.data());
     }
+    for (const Held& h : held_) {
+      if (h.round == r && h.bytes.size() == rec.result_bytes) data = h.bytes.data();
+    }
+    if (data == nullptr) {
+      return make_status(StatusCode::kInternal,
+                         "partial allreduce %u: round %llu's result is no longer held here",
+                         old.stream, static_cast<unsigned long long>(r));
+    }
+    EC_RETURN_IF_ERROR(
+        store.set(rec.prefix + "round/" + std::to_string(r), Bytes(data, data + rec.result_bytes)));
   }
-  for (uint64_t r = delivered; r < most; ++r) {
-    const std::string key = prefix + "round/" + std::to_string(r);
-    EC_ASSIGN_OR_RETURN(Bytes b, store.get(key, timeout));
-    if (b.size() != result_bytes) {
+  return Status::Ok();
+}
+
+// 3. The results this rank missed, its contributions that no result holds, the new incarnation.
+Status PartialAllreduce::Impl::restart(Communicator::Impl& ci, Recovery& rec) {
+  const PartialShared& old = *rec.old;
+  const std::chrono::nanoseconds timeout =
+      ci.core->config().timeout.count() > 0 ? ci.core->config().timeout : kWaitForever;
+  for (uint64_t r = rec.delivered; r < rec.most; ++r) {
+    const std::string key = rec.prefix + "round/" + std::to_string(r);
+    EC_ASSIGN_OR_RETURN(Bytes b, ci.bootstrap->get(key, timeout));
+    if (b.size() != rec.result_bytes) {
       return make_status(StatusCode::kInternal, "partial allreduce: store key %s holds %zu bytes",
                          key.c_str(), b.size());
     }
     auto bytes = std::make_shared<const std::vector<uint8_t>>(std::move(b));
     pending_.push_back(
-        Pending{result_of(std::move(bytes), r, old_size, old.count, old.type), result_bytes});
+        Pending{result_of(std::move(bytes), r, old.size, old.count, old.type), rec.result_bytes});
   }
   // A flush that returned on a survivor before the failure ends here at its round (every rank
   // was in it, so this one is, or has returned from it too).
-  if (flushing_ > flushes_done_ && flushing_ <= flushes) resolved_flush_round_ = flush_round;
-  flush_base_ = flushes;
+  if (flushing_ > flushes_done_ && flushing_ <= rec.flushes)
+    resolved_flush_round_ = rec.flush_round;
+  flush_base_ = rec.flushes;
 
-  // 4. The new group's state, with this rank's contributions that no result holds.
+  std::shared_ptr<detail::CommCore> core = ci.core;
   PartialMode mode = old.mode;
   if (mode.kind == PartialKind::kQuorum) mode.quorum = std::min(mode.quorum, core->size());
   EC_ASSIGN_OR_RETURN(
@@ -188,8 +221,8 @@ Status PartialAllreduce::Impl::recover() {
     carry.posts += posts;
     carry.min_base = 0;
   };
-  for (const detail::PartialStream::Orphan& o : orphans) {
-    if (round_base_ + o.round >= most) add(o.data, o.posts);
+  for (const detail::PartialStream::Orphan& o : rec.orphans) {
+    if (round_base_ + o.round >= rec.most) add(o.data, o.posts);
   }
   const detail::ContributionBuffer& open =
       *old.buffers[PartialShared::open_buffer(old.open.load(std::memory_order_acquire))];
@@ -199,16 +232,15 @@ Status PartialAllreduce::Impl::recover() {
   before_.posts += old.posts.load(std::memory_order_relaxed);
   before_.late_posts += old.late_posts.load(std::memory_order_relaxed);
   before_.dropped_posts += old.dropped_posts.load(std::memory_order_relaxed);
-  before_.rounds_activated = most;
-  before_.rounds_delivered = most;
+  before_.rounds_activated = rec.most;
+  before_.rounds_delivered = rec.most;
 
-  // 5. The new incarnation.
   auto next = std::make_unique<detail::PartialStream>(*core, shared);
   EC_RETURN_IF_ERROR(core->attach_stream(old.stream, next.get()));
   stream_ = std::move(next);
   shared_ = std::move(shared);
   core_ = core;
-  round_base_ = most;
+  round_base_ = rec.most;
   consumed_ = 0;
   // Carried posts sit in the open round as this rank's: a wait() now counts as its arrival
   // there, as after a post, or every survivor could wait for a round nobody sets off.
@@ -220,9 +252,9 @@ Status PartialAllreduce::Impl::recover() {
   EC_WARN(kPartial,
           "partial allreduce %u: continuing with %d of %d ranks from round %llu (rank %d is now "
           "rank %d; it had delivered %llu rounds, took %llu from rank %d, carries %u posts)",
-          old.stream, core->size(), old_size, static_cast<unsigned long long>(most), old_rank,
-          core->rank(), static_cast<unsigned long long>(delivered),
-          static_cast<unsigned long long>(most - delivered), donor, carried);
+          old.stream, core->size(), old.size, static_cast<unsigned long long>(rec.most), old.rank,
+          core->rank(), static_cast<unsigned long long>(rec.delivered),
+          static_cast<unsigned long long>(rec.most - rec.delivered), rec.donor, carried);
   return Status::Ok();
 }
 

@@ -184,6 +184,66 @@ TEST(PartialContinue, SurvivorsAgreeAfterARankIsKilledAnywhere) {
   }
 }
 
+// Two objects on one communicator: the first to meet the failure shrinks it, the other joins
+// that group (whatever order each rank meets them in), and both go on identically everywhere.
+TEST(PartialContinue, TwoObjectsOfOneCommunicatorBothContinue) {
+  constexpr int P = 4, kVictim = 1, kSteps = 20;
+  auto w = World::make(P, test_config({{"EAGERCOMM_TIMEOUT", "30s"}}));
+  ASSERT_EQ(w->size(), P);
+  std::vector<std::vector<std::vector<Taken>>> taken(P, std::vector<std::vector<Taken>>(2));
+  w->run([&](int r, Communicator& c) {
+    PartialOptions o;
+    o.on_failure = OnFailure::kContinue;
+    std::vector<std::unique_ptr<PartialAllreduce>> pas;
+    for (int i = 0; i < 2; ++i) {
+      auto made = PartialAllreduce::create(c, 3, DataType::kFloat64,
+                                           i == 0 ? PartialMode::solo() : PartialMode::sync(), o);
+      ASSERT_TRUE(made.ok()) << made.status().to_string();
+      pas.push_back(std::move(made).value());
+    }
+    for (int step = 0; step < kSteps; ++step) {
+      if (r == kVictim && step == 7) {
+        c.abort("killed by the test");
+        return;
+      }
+      // Ranks meet the objects in different orders.
+      for (int k = 0; k < 2; ++k) {
+        const int i = (r + step + k) % 2;
+        std::vector<double> g = {1.0, static_cast<double>(r), static_cast<double>(step)};
+        ASSERT_TRUE(pas[i]->post(g.data(), 3, DataType::kFloat64).ok());
+        auto got = pas[i]->wait();
+        ASSERT_TRUE(got.ok()) << got.status().to_string();
+        auto v = got.value().as<double>();
+        taken[r][i].push_back(Taken{got.value().round(), std::vector<double>(v.begin(), v.end())});
+      }
+    }
+    for (int i = 0; i < 2; ++i) {
+      for (int f = 0; f < 2; ++f) {
+        Result<uint64_t> flushed = pas[i]->flush([&](RoundResult&& res) {
+          auto v = res.as<double>();
+          taken[r][i].push_back(Taken{res.round(), std::vector<double>(v.begin(), v.end())});
+        });
+        ASSERT_TRUE(flushed.ok()) << flushed.status().to_string();
+      }
+      EXPECT_EQ(pas[i]->size(), P - 1);
+    }
+    EXPECT_EQ(c.generation(), 1u);
+  });
+  for (int i = 0; i < 2; ++i) {
+    double posts = 0;
+    for (const Taken& t : taken[0][i]) posts += t.data[0];
+    for (int r : {2, 3}) {
+      ASSERT_EQ(taken[r][i].size(), taken[0][i].size()) << "object " << i << " rank " << r;
+      for (size_t k = 0; k < taken[r][i].size(); ++k) {
+        EXPECT_TRUE(taken[r][i][k] == taken[0][i][k]) << "object " << i << " rank " << r;
+      }
+    }
+    // The survivors' posts all, the victim's 0 to 7.
+    EXPECT_GE(posts, 3 * kSteps) << "object " << i;
+    EXPECT_LE(posts, 3 * kSteps + 7) << "object " << i;
+  }
+}
+
 TEST(PartialContinue, MismatchedOnFailureIsRefused) {
   auto w = World::make(2, test_config());
   ASSERT_EQ(w->size(), 2);
