@@ -92,12 +92,7 @@ Result<std::vector<int>> decide_members(Store& store, const std::string& prefix,
       EC_ASSIGN_OR_RETURN(bool found, look(r));
       waiting |= !found;
     }
-    if (!waiting) {
-      for (int r = 0; r < size; ++r) {
-        if (!seen[r]) EC_RETURN_IF_ERROR(look(r).status());
-      }
-      break;
-    }
+    if (!waiting) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (RuntimeClock::now() >= deadline) {
       std::vector<int> silent;
@@ -108,6 +103,10 @@ Result<std::vector<int>> decide_members(Store& store, const std::string& prefix,
               rank_list(silent).c_str());
       break;
     }
+  }
+  // The ranks called gone that did publish (their exit notice came from their own shrink).
+  for (int r = 0; r < size; ++r) {
+    if (!seen[r]) EC_RETURN_IF_ERROR(look(r).status());
   }
   std::vector<int> members;
   for (int r = 0; r < size; ++r) {
