@@ -436,7 +436,8 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
     }
   } restart{impl_->idle_since_, impl_->shared_->mode.kind == PartialKind::kAdaptive};
   EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "partial allreduce wait"));
-  timeout = impl_->core_->resolve(timeout);
+  timeout =
+      timeout == kConfiguredTimeout ? impl_->configured_wait() : impl_->core_->resolve(timeout);
   const auto deadline = deadline_after(timeout);
   for (;;) {
     EC_ASSIGN_OR_RETURN(std::optional<RoundResult> r, poll());
@@ -551,7 +552,7 @@ Result<std::optional<uint64_t>> PartialAllreduce::flush_in_group(
 
   std::optional<uint64_t> round;  // in this group's numbering
   bool exchange_failed = false;   // with a failure this object continues through
-  const auto timeout = core->config().timeout;
+  const auto timeout = im.configured_wait();
   for (;;) {
     if (!round && !exchange_failed && exchange->done()) {
       if (exchange->status().ok()) {

@@ -272,8 +272,9 @@ class PartialAllreduce {
   // every round before the failure has been delivered.
   Result<std::optional<RoundResult>> poll();
   // The next round's result, waiting up to `timeout` (as every timeout: kConfiguredTimeout, the
-  // default, is EAGERCOMM_TIMEOUT; kWaitForever no limit; communicator.h, "Timeouts"). A timeout
-  // only ends the wait: rounds keep running and the object stays usable.
+  // default, is EAGERCOMM_TIMEOUT, twice it with on_failure=continue so that a peer that stops
+  // is declared hung and survived first; kWaitForever no limit; communicator.h, "Timeouts"). A
+  // timeout only ends the wait: rounds keep running and the object stays usable.
   Result<RoundResult> wait(std::chrono::nanoseconds timeout);
   Result<RoundResult> wait();
   // wait(timeout) that also calls `check` about every 50 ms while it waits, and returns the

@@ -14,6 +14,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/communicator_impl.h"
+#include "collectives/engine/comm_core.h"
 #include "collectives/partial/lateness_ledger.h"
 #include "collectives/partial/partial_shared.h"
 #include "collectives/partial/partial_stream.h"
@@ -33,6 +34,14 @@ struct PartialAllreduce::Impl : detail::ContinuingObject {
   // on_failure=continue: keeps a copy of `r` (`bytes` of data and metadata) in held_.
   void hold(const RoundResult& r, size_t bytes);
   void communicator_gone() override { comm_ = nullptr; }
+  // How long wait() with kConfiguredTimeout and flush() without progress wait: EAGERCOMM_TIMEOUT,
+  // twice that with on_failure=continue, so that a peer that stopped at the start of the wait
+  // is declared hung (T after the last sign of life from it) and survived, before the wait
+  // gives up.
+  std::chrono::nanoseconds configured_wait() const {
+    const std::chrono::nanoseconds t = core_->config().timeout;
+    return comm_ != nullptr && t.count() > 0 && t < std::chrono::hours(24 * 365) ? 2 * t : t;
+  }
   // Whether a failure of the current incarnation is one this object continues through.
   bool continues_after(const Status& failure) const;
   // on_failure=continue, once the current incarnation has failed (its results before the

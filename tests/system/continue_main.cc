@@ -11,7 +11,9 @@
 // compares the digests: element P is in them).
 // Exit codes: 0 checks passed, 1 a check failed or a call failed, 2 usage.
 //
-// usage: continue_main <seed> <mode> [steps]
+// usage: continue_main <seed> <mode> [steps] [hang]
+//   hang: the victim SIGSTOPs itself instead (the survivors must declare it hung, after
+//   EAGERCOMM_TIMEOUT); a child of it SIGKILLs it 3 timeouts later, so that the job ends.
 #include <signal.h>
 #include <unistd.h>
 
@@ -34,8 +36,20 @@ namespace {
 
 enum class KillAt { kBeforePost, kAfterPost, kAfterPoll, kLater, kInFlush, kAfterFlush };
 
+bool g_hang = false;
+double g_timeout_s = 0;
+
 [[noreturn]] void die() {
   std::fflush(stdout);
+  if (g_hang) {
+    const pid_t victim = ::getpid();
+    if (::fork() == 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(3 * g_timeout_s + 1));
+      ::kill(victim, SIGKILL);
+      std::_Exit(0);
+    }
+    ::raise(SIGSTOP);
+  }
   ::raise(SIGKILL);
   std::abort();
 }
@@ -48,18 +62,20 @@ int fail(const char* what, const Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3 || argc > 4) {
-    std::fprintf(stderr, "usage: continue_main <seed> <mode> [steps]\n");
+  if (argc < 3 || argc > 5 || (argc == 5 && std::string(argv[4]) != "hang")) {
+    std::fprintf(stderr, "usage: continue_main <seed> <mode> [steps] [hang]\n");
     return 2;
   }
+  g_hang = argc == 5;
   const uint64_t seed = std::strtoull(argv[1], nullptr, 10);
   Result<PartialMode> mode = parse_partial_mode(argv[2]);
   if (!mode.ok()) return fail("mode", mode.status());
-  const int steps = argc == 4 ? std::atoi(argv[3]) : 30;
+  const int steps = argc >= 4 ? std::atoi(argv[3]) : 30;
 
   auto comm = Communicator::from_env();
   if (!comm.ok()) return fail("join", comm.status());
   Communicator& c = *comm.value();
+  g_timeout_s = std::chrono::duration<double>(c.configured_timeout()).count();
   const int P = c.size();
   const int me = c.rank();
   std::mt19937_64 draw(seed);

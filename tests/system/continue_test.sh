@@ -5,8 +5,8 @@
 # under eagercomm-run --keep-going. For every seed: the victim's death is the job's status (137),
 # every survivor exits 0 having checked its own posts and the dead rank's prefix, and the
 # survivors' results are identical (same rounds, same digest) and add up (their posts plus the
-# dead rank's included posts make the posts count the results hold). Nothing is left in
-# /dev/shm.
+# dead rank's included posts make the posts count the results hold). Over shm also a rank that
+# hangs (SIGSTOP), declared hung by the survivors. Nothing is left in /dev/shm.
 # usage: tests/system/continue_test.sh <build-dir> [shm|ucx|verbs_emulated] [seeds]
 set -uo pipefail
 build=${1:?usage: continue_test.sh <build-dir> [shm|ucx|verbs_emulated] [seeds]}
@@ -64,6 +64,27 @@ for ((s = 1; s <= seeds; s++)); do
     fi
   done
 done
+# A rank that hangs (SIGSTOP) instead: the survivors declare it hung after EAGERCOMM_TIMEOUT
+# (3 s here) and go on; a child of the victim SIGKILLs it 10 s after it stopped, ending the job.
+if [ "$transport" = shm ]; then
+  for mode in solo sync; do
+    seed=4242
+    what="P=4 $transport mode $mode seed $seed, the victim hangs"
+    EAGERCOMM_TIMEOUT=3s timeout 120 "$run" -n 4 --keep-going --transport "$transport" \
+      --no-prefix "$prog" "$seed" "$mode" 30 hang >"$tmp/out" 2>"$tmp/err"
+    code=$?
+    survivors=$(grep -c '^SURVIVOR ' "$tmp/out")
+    if [ "$code" -ne 137 ] || [ "$survivors" -ne 3 ] ||
+      [ "$(grep '^SURVIVOR ' "$tmp/out" | sed 's/^SURVIVOR rank=[0-9]* //' | sort -u | wc -l)" -ne 1 ] ||
+      ! grep -q "not responding" "$tmp/err"; then
+      echo "FAIL: $what: exit $code, $survivors survivors"
+      echo "--- stdout:"; cat "$tmp/out"; echo "--- stderr:"; tail -n 30 "$tmp/err"
+      fails=$((fails + 1))
+    else
+      echo "ok: $what: $(grep -m1 '^SURVIVOR ' "$tmp/out" | sed 's/^SURVIVOR rank=[0-9]* //')"
+    fi
+  done
+fi
 sleep 0.5
 shm_after=$(ls /dev/shm | grep -c '^eagercomm-' || true)
 if [ "$shm_after" -gt "$shm_before" ]; then
