@@ -191,6 +191,9 @@ class Communicator {
   Result<std::vector<int>> shrink(std::chrono::nanoseconds timeout = kConfiguredTimeout);
   // How many times shrink() has rebuilt this communicator.
   uint32_t generation() const;
+  // The members' ranks before the latest shrink (index: their rank now); 0 .. size() - 1 before
+  // any. (What an application needs to take over a dead rank's share of work.)
+  std::vector<int> former_ranks() const;
   // Counters, read consistently with the engine.
   CommunicatorStats stats() const;
 

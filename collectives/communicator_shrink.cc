@@ -119,6 +119,13 @@ Result<std::vector<int>> decide_members(Store& store, const std::string& prefix,
 
 uint32_t Communicator::generation() const { return impl_->generation; }
 
+std::vector<int> Communicator::former_ranks() const {
+  if (impl_->generation > 0) return impl_->members;
+  std::vector<int> ranks(static_cast<size_t>(size()));
+  for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
+  return ranks;
+}
+
 Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) {
   Impl& im = *impl_;
   std::shared_ptr<detail::CommCore> old = im.core;

@@ -240,14 +240,37 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
       for (size_t k = 0; k < every; ++k) ends[k] = (k + 1) * steps / every;
     }
     const std::vector<size_t> shard = epoch_shard(d.n_train, rank, P, seed, epoch);
+    // A failure survived in this epoch: the survivors share the dead ranks' samples of the rest
+    // of the epoch (trained after their own, before the epoch's last evaluation).
+    const uint32_t epoch_generation = comm.generation();
+    const size_t batch = static_cast<size_t>(o.batch);
+    std::vector<size_t> taken_over;
+    auto take_over = [&](size_t next_step) {
+      if (comm.generation() != epoch_generation + 1) return;  // none, or taken, or several
+      const std::vector<int> former = comm.former_ranks();
+      for (int dead = 0; dead < P; ++dead) {
+        if (std::find(former.begin(), former.end(), dead) != former.end()) continue;
+        const std::vector<size_t> theirs = epoch_shard(d.n_train, dead, P, seed, epoch);
+        for (size_t i = next_step * batch, j = 0; i < steps * batch && i < theirs.size();
+             ++i, ++j) {
+          if (static_cast<int>(j % former.size()) == comm.rank()) taken_over.push_back(theirs[i]);
+        }
+      }
+      if (!taken_over.empty()) {
+        std::fprintf(stderr,
+                     "eagercomm-train: rank %d takes over %zu samples of the rest of epoch %d "
+                     "from the ranks that failed\n",
+                     comm.rank(), taken_over.size(), epoch + 1);
+      }
+    };
     epoch_loss = 0;
     size_t s = 0;
     for (size_t k = 0; k < ends.size(); ++k) {
       const auto start = Clock::now();
       double segment_loss = 0, window = 0;
       const size_t first = s;
-      for (; s < ends[k]; ++s) {
-        std::span<const size_t> idx(shard.data() + s * o.batch, o.batch);
+      // One step on the samples `idx` (`s`: the step's number in the epoch, for the imbalance).
+      auto train_step = [&](std::span<const size_t> idx, size_t s) -> Status {
         EC_ASSIGN_OR_RETURN(Batch b, make_batch(d, false, idx, scratch, labels));
         Result<float> loss = d.sequences ? forward_backward(model, b.input, b.lengths, b.labels)
                                          : forward_backward(model, b.input, b.labels);
@@ -271,7 +294,11 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
           ::raise(SIGKILL);
         }
         ++steps_run;
-        EC_RETURN_IF_ERROR(opt->step());
+        return opt->step();
+      };
+      for (; s < ends[k]; ++s) {
+        EC_RETURN_IF_ERROR(train_step({shard.data() + s * batch, batch}, s));
+        if (taken_over.empty()) take_over(s + 1);
         if (rank == 0 && o.log_every > 0 && (s + 1) % o.log_every == 0) {
           const double t = trained + seconds_since(start);
           const double done = static_cast<double>(epoch * steps + s + 1);
@@ -279,6 +306,12 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
                       epochs, s + 1, steps, window / o.log_every, done * o.batch * P / t);
           std::fflush(stdout);
           window = 0;
+        }
+      }
+      if (k + 1 == ends.size()) {  // the dead ranks' samples this rank took over, if any
+        if (taken_over.empty()) take_over(s);
+        for (size_t at = 0; at + batch <= taken_over.size(); at += batch) {
+          EC_RETURN_IF_ERROR(train_step({taken_over.data() + at, batch}, s));
         }
       }
       // The flush makes every replica identical for the evaluation; it is part of training

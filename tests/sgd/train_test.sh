@@ -183,6 +183,9 @@ code=$?
 set -e
 [ "$code" -eq 137 ] || fail "--die-at: the job exited $code, expected 137: $(tail "$work/cont.log")"
 grep -q "rank 2 dies before step 20" "$work/cont.log" || fail "--die-at: $(tail "$work/cont.log")"
+# The survivors share the dead rank's samples of the rest of that epoch.
+[ "$(grep -c "takes over [1-9][0-9]* samples of the rest of epoch 2" "$work/cont.log")" -eq 2 ] ||
+  fail "--die-at: the survivors did not take over the dead rank's samples: $(grep -i "takes over" "$work/cont.log")"
 python3 - "$work/cont.json" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
