@@ -28,11 +28,15 @@ void check_survivors_go_on(int size, int dead) {
       c.abort("killed by the test");
       return;
     }
+    std::vector<int> everyone(size);
+    for (int q = 0; q < size; ++q) everyone[q] = q;
+    EXPECT_EQ(c.former_ranks(), everyone);
     std::vector<int64_t> v(300, r + 1);
     Status failed = c.allreduce(v.data(), v.data(), v.size(), DataType::kInt64, ReduceOp::kSum);
     EXPECT_EQ(failed.code(), StatusCode::kPeerFailed) << failed.to_string();
     Result<std::vector<int>> members = c.shrink();
     ASSERT_TRUE(members.ok()) << members.status().to_string();
+    EXPECT_EQ(c.former_ranks(), members.value());
     std::vector<int> expected;
     for (int q = 0; q < size; ++q) {
       if (q != dead) expected.push_back(q);
