@@ -29,8 +29,8 @@ case $transport in
   *) echo "usage: continue_test.sh <build-dir> [shm|ucx|verbs_emulated] [seeds]" >&2; exit 2 ;;
 esac
 modes=(solo majority "quorum:3" sync "deadline:2ms" adaptive)
-shm_before=$(ls /dev/shm | grep -c '^eagercomm-' || true)
 fails=0
+jobs=()  # this script's jobs: their objects must all be gone from /dev/shm at the end
 for ((s = 1; s <= seeds; s++)); do
   for P in 4; do
     mode=${modes[$(( (s - 1) % ${#modes[@]} ))]}
@@ -39,6 +39,7 @@ for ((s = 1; s <= seeds; s++)); do
     timeout 120 "$run" -n "$P" --keep-going --transport "$transport" --no-prefix \
       "$prog" "$seed" "$mode" >"$tmp/out" 2>"$tmp/err"
     code=$?
+    jobs+=("$(sed -n 's/^JOB=//p' "$tmp/out")")
     problem=""
     survivors=$(grep -c '^SURVIVOR ' "$tmp/out")
     if [ "$code" -ne 137 ]; then
@@ -73,6 +74,7 @@ if [ "$transport" = shm ]; then
     EAGERCOMM_TIMEOUT=3s timeout 120 "$run" -n 4 --keep-going --transport "$transport" \
       --no-prefix "$prog" "$seed" "$mode" 30 hang >"$tmp/out" 2>"$tmp/err"
     code=$?
+    jobs+=("$(sed -n 's/^JOB=//p' "$tmp/out")")
     survivors=$(grep -c '^SURVIVOR ' "$tmp/out")
     if [ "$code" -ne 137 ] || [ "$survivors" -ne 3 ] ||
       [ "$(grep '^SURVIVOR ' "$tmp/out" | sed 's/^SURVIVOR rank=[0-9]* //' | sort -u | wc -l)" -ne 1 ] ||
@@ -86,11 +88,13 @@ if [ "$transport" = shm ]; then
   done
 fi
 sleep 0.5
-shm_after=$(ls /dev/shm | grep -c '^eagercomm-' || true)
-if [ "$shm_after" -gt "$shm_before" ]; then
-  echo "FAIL: $((shm_after - shm_before)) eagercomm segments left in /dev/shm"
-  ls /dev/shm | grep '^eagercomm-' | head
-  fails=$((fails + 1))
-fi
+for job in "${jobs[@]}"; do
+  [ -n "$job" ] || continue
+  left=$(ls /dev/shm | grep -c "^eagercomm-$job-" || true)
+  if [ "$left" -gt 0 ]; then
+    echo "FAIL: $left objects of job $job left in /dev/shm"
+    fails=$((fails + 1))
+  fi
+done
 [ "$fails" -eq 0 ] && echo "continue_test: $seeds seeds over $transport passed"
 exit $((fails > 0))
