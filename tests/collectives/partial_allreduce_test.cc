@@ -362,10 +362,15 @@ TEST(PartialAllreduce, LatenessNamesAPersistentlySlowRank) {
       }
     }
     if (rank == kSlow) slow_done.store(true);
-    ASSERT_TRUE(pa.value()->flush([](RoundResult&&) {}).ok());
+    Result<uint64_t> flushed = pa.value()->flush([](RoundResult&&) {});
+    ASSERT_TRUE(flushed.ok()) << flushed.status().to_string();
     seen[rank] = pa.value()->lateness();
   });
   const std::string log = ::testing::internal::GetCapturedStderr();
+  if (::testing::Test::HasFailure()) {
+    std::fprintf(stderr, "%s", log.c_str());
+    return;
+  }
   ASSERT_EQ(seen[0].size(), static_cast<size_t>(kRanks));
   for (int r = 1; r < kRanks; ++r) {
     for (int q = 0; q < kRanks; ++q) {
