@@ -255,7 +255,11 @@ Status PartialAllreduce::post(const void* gradient, size_t count, DataType type,
     return make_status(StatusCode::kInvalidArgument,
                        "partial allreduce: post() of a null gradient with count %zu", count);
   }
-  if (s.broken.load(std::memory_order_acquire)) return s.error;
+  if (s.broken.load(std::memory_order_acquire)) {
+    // Broken since the check above (on_failure=continue): that check now takes it over.
+    if (impl_->continues_after(s.error)) return post(gradient, count, type, stream);
+    return s.error;
+  }
   // Two threads adding into the open buffer at once would tear it: refuse instead.
   if (impl_->posting_.exchange(true, std::memory_order_acquire)) {
     return Status(StatusCode::kInvalidArgument,
