@@ -366,8 +366,6 @@ std::optional<RoundResult> PartialAllreduce::Impl::take() {
     core_->engine().try_progress();
     got = s.results.try_pop(record);
   }
-  // Every result before a failure is queued before the failure is published.
-  if (!got && s.broken.load(std::memory_order_acquire)) got = s.results.try_pop(record);
   if (!got) return std::nullopt;
   RoundResult r = result_in(shared_, record.buffer, round_base_ + record.round);
   ++consumed_;
@@ -397,6 +395,9 @@ Result<std::optional<RoundResult>> PartialAllreduce::poll() {
   }
   log_set_thread_rank(impl_->shared_->rank);  // it may drive the engine, as wait() does
   for (;;) {
+    // Read before taking: every result before a failure is queued before the failure is
+    // published, so a failure seen here leaves no result behind once take() finds none.
+    const bool broken = impl_->shared_->broken.load(std::memory_order_acquire);
     if (std::optional<RoundResult> r = impl_->take()) {
       const PartialShared& s = *impl_->shared_;
       // The ledger follows the current group: results of a group that a failure shrank are not
@@ -416,9 +417,9 @@ Result<std::optional<RoundResult>> PartialAllreduce::poll() {
       }
       return r;
     }
+    if (!broken) return std::optional<RoundResult>();
     const PartialShared& s = *impl_->shared_;
-    if (!s.broken.load(std::memory_order_acquire)) return std::optional<RoundResult>();
-    if (!impl_->continues_after(s.error)) return s.error;
+    if (!impl_->continues_after(s.error) || impl_->flush_spares_failure()) return s.error;
     EC_RETURN_IF_ERROR(impl_->recover());
   }
 }
@@ -572,7 +573,11 @@ Result<std::optional<uint64_t>> PartialAllreduce::flush_in_group(
     if (round && im.taken_ > im.round_base_ + *round) {
       return std::optional<uint64_t>(im.round_base_ + *round);
     }
+    // Until the exchange ends, a failure it spares starts no recovery (exchanging_flush_); once
+    // its round is known, the results before the failure cover it.
+    im.exchanging_flush_ = !round && !exchange_failed ? local : 0;
     Result<std::optional<RoundResult>> polled = poll();
+    im.exchanging_flush_ = 0;
     if (im.shared_ != shared) {  // poll() moved on to a new group
       if (polled.ok() && polled.value() && apply) apply(std::move(*polled.value()));
       return std::optional<uint64_t>();

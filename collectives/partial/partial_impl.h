@@ -78,6 +78,17 @@ struct PartialAllreduce::Impl : detail::ContinuingObject {
   uint64_t flush_base_ = 0;
   uint64_t flushing_ = 0;
   uint64_t last_flush_round_ = 0;
+  // Set by flush() while its exchange (number `exchanging_flush_` of this incarnation) is
+  // pending. A failure that comes only from peers that left after joining it (their flush
+  // returned, so its round precedes the failure) is then no failure to continue through yet:
+  // poll() returns it, and the flush finishes first. Otherwise, with on_failure=continue, a
+  // survivor that finished its last flush and left would be taken for a dead rank, and the
+  // ranks still flushing would shrink the group and flush again without it.
+  uint64_t exchanging_flush_ = 0;
+  bool flush_spares_failure() const {
+    return exchanging_flush_ > 0 &&
+           shared_->failure_spares_flush.load(std::memory_order_acquire) >= exchanging_flush_;
+  }
 
   // ---- on_failure=continue (partial_recovery.cc) ----
   Communicator* comm_ = nullptr;  // shrunk after a failure; outlives the object

@@ -516,9 +516,13 @@ int PartialStream::deliver() {
 }
 
 void PartialStream::break_from(uint64_t round, const Status& why, uint64_t spares_flush) {
-  spares_flush_ = std::min(spares_flush_, spares_flush);
+  // A flush is spared when its round precedes the failure. A cause from a later round changes
+  // nothing; one from the same round (the failed operations of the rounds a first cause broke
+  // report back here) adds its own guarantee, and either suffices.
+  if (round > broken_from_) return;
+  spares_flush_ = round == broken_from_ ? std::max(spares_flush_, spares_flush) : spares_flush;
   shared_->failure_spares_flush.store(spares_flush_, std::memory_order_release);
-  if (round >= broken_from_) return;
+  if (round == broken_from_) return;
   broken_from_ = round;
   broken_why_ = why;
   EC_DEBUG(kPartial, "partial allreduce fails from round %llu: %s",

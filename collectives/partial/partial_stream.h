@@ -172,7 +172,7 @@ class PartialStream final : public StreamHandler {
   std::map<uint64_t, std::vector<InMessage*>> stashed_;  // messages of rounds not started
   uint64_t broken_from_ = std::numeric_limits<uint64_t>::max();
   Status broken_why_;
-  uint64_t spares_flush_ = std::numeric_limits<uint64_t>::max();  // min over causes so far
+  uint64_t spares_flush_ = 0;  // the flushes the failure from broken_from_ spares
   std::vector<bool> peer_closed_;
   bool closed_ = false;
   bool posted_ = false;

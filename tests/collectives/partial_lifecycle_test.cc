@@ -351,14 +351,21 @@ TEST(PartialAllreduce, DestroyWhileRoundsAreInFlightManyTimes) {
 
 // A rank whose flush() returned may destroy its object at once: peers still inside their flush
 // (the exchange not yet over there) must finish theirs, with every post accounted for.
-TEST(PartialAllreduce, RanksThatLeaveRightAfterFlushNeverFailPeersStillFlushing) {
+// With on_failure=continue too: such a departure is no failure to continue through (the rank still
+// flushing would otherwise shrink the group and flush again alone).
+void leave_right_after_flush(OnFailure on_failure) {
   for (int P : {2, 3, 5}) {
     for (int iteration = 0; iteration < 100; ++iteration) {
-      auto w = World::make(P, test_config());
+      // A short timeout: a rank that took the departure for a failure would fail fast (its shrink
+      // waits that long for the ranks that left).
+      auto w = World::make(P, test_config({{"EAGERCOMM_TIMEOUT", "10s"}}));
       std::vector<Status> st(P);
       std::vector<double> posted(P, 0), summed(P, 0);
+      std::vector<uint32_t> generation(P, 0);
       w->run([&](int r, Communicator& c) {
-        auto made = PartialAllreduce::create(c, 4, DataType::kFloat32, PartialMode::solo());
+        PartialOptions o;
+        o.on_failure = on_failure;
+        auto made = PartialAllreduce::create(c, 4, DataType::kFloat32, PartialMode::solo(), o);
         ASSERT_TRUE(made.ok()) << made.status().to_string();
         std::unique_ptr<PartialAllreduce> pa = std::move(made).value();
         std::mt19937 prng(1000 * iteration + r);
@@ -373,6 +380,7 @@ TEST(PartialAllreduce, RanksThatLeaveRightAfterFlushNeverFailPeersStillFlushing)
           for (size_t i = 0; i < 4; ++i) summed[r] += x.as<float>()[i];
         });
         st[r] = flushed.status();
+        generation[r] = c.generation();
         pa.reset();  // no barrier: leave while the others may still be inside flush()
       });
       double total = 0;
@@ -381,9 +389,19 @@ TEST(PartialAllreduce, RanksThatLeaveRightAfterFlushNeverFailPeersStillFlushing)
         ASSERT_TRUE(st[r].ok()) << "P=" << P << " iteration " << iteration << " rank " << r << ": "
                                 << st[r].to_string();
         EXPECT_EQ(summed[r], total) << "P=" << P << " rank " << r;
+        ASSERT_EQ(generation[r], 0u) << "P=" << P << " iteration " << iteration << " rank " << r
+                                     << " shrank the communicator";
       }
     }
   }
+}
+
+TEST(PartialAllreduce, RanksThatLeaveRightAfterFlushNeverFailPeersStillFlushing) {
+  leave_right_after_flush(OnFailure::kFail);
+}
+
+TEST(PartialAllreduce, RanksThatLeaveRightAfterFlushAreNoFailureToContinueThrough) {
+  leave_right_after_flush(OnFailure::kContinue);
 }
 
 }  // namespace
