@@ -89,6 +89,14 @@ Result<PartialMode> parse_partial_mode(std::string_view text) {
       static_cast<int>(text.size()), text.data());
 }
 
+Result<OnFailure> parse_on_failure(std::string_view text) {
+  if (text == "fail") return OnFailure::kFail;
+  if (text == "continue") return OnFailure::kContinue;
+  return make_status(StatusCode::kInvalidArgument,
+                     "on_failure '%.*s' is neither 'fail' nor 'continue'",
+                     static_cast<int>(text.size()), text.data());
+}
+
 // ---- RoundResult ----
 
 RoundResult::RoundResult(RoundResult&& o) noexcept { *this = std::move(o); }

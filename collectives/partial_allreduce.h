@@ -144,6 +144,9 @@ enum class OnFailure : uint8_t {
   kContinue = 1,  // the survivors shrink the communicator and go on (see "Continuing" above)
 };
 
+// Accepts "fail" and "continue"; the error quotes the text and names both.
+Result<OnFailure> parse_on_failure(std::string_view text);
+
 struct PartialOptions {
   LatePolicy late = LatePolicy::kCarry;
   uint32_t sync_every = 0;    // every N-th round is synchronous; 0: never

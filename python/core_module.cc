@@ -304,13 +304,9 @@ class PyPartial {
     options.sync_every = sync_every;
     options.seed = seed;
     options.result_depth = result_depth;
-    if (on_failure == "fail") {
-      options.on_failure = OnFailure::kFail;
-    } else if (on_failure == "continue") {
-      options.on_failure = OnFailure::kContinue;
-    } else {
-      raise_value_error("on_failure '" + on_failure + "' is neither 'fail' nor 'continue'");
-    }
+    Result<OnFailure> failure = parse_on_failure(on_failure);
+    if (!failure.ok()) raise_value_error(failure.status().message());
+    options.on_failure = failure.value();
     Result<std::unique_ptr<PartialAllreduce>> pa = [&] {
       pyb::gil_scoped_release nogil;
       return PartialAllreduce::create(c.comm(), count, type, m.value(), options);

@@ -133,6 +133,12 @@ PartialMode mode_of(const std::string& text, const char* what) {
   return mode.value();
 }
 
+OnFailure on_failure_of(const std::string& text, const char* what) {
+  Result<OnFailure> failure = parse_on_failure(text);
+  if (!failure.ok()) throw py::value_error(std::string(what) + ": " + failure.status().message());
+  return failure.value();
+}
+
 py::dict round_info(const RoundResult& r) {
   py::dict d;
   d["round"] = r.round();
@@ -367,12 +373,7 @@ PYBIND11_MODULE(_torch, m) {
                                      std::to_string(PartialOptions::kMaxSoloSpeedup) + "]");
              }
              o.partial.solo_speedup = solo_speedup;
-             if (on_failure != "fail" && on_failure != "continue") {
-               throw py::value_error("EagerSGD: on_failure '" + on_failure +
-                                     "' is neither 'fail' nor 'continue'");
-             }
-             o.partial.on_failure =
-                 on_failure == "continue" ? OnFailure::kContinue : OnFailure::kFail;
+             o.partial.on_failure = on_failure_of(on_failure, "EagerSGD");
              o.broadcast_initial = broadcast_initial;
              o.timeout = to_timeout(timeout_s, "EagerSGD");
              py::gil_scoped_release nogil;  // create() is collective
@@ -403,11 +404,7 @@ PYBIND11_MODULE(_torch, m) {
              PartialMode pm = mode_of(mode, "partial_allreduce_hook");
              PartialOptions po =
                  partial_options(late, sync_every, seed, result_depth, "partial_allreduce_hook");
-             if (on_failure != "fail" && on_failure != "continue") {
-               throw py::value_error("partial_allreduce_hook: on_failure '" + on_failure +
-                                     "' is neither 'fail' nor 'continue'");
-             }
-             po.on_failure = on_failure == "continue" ? OnFailure::kContinue : OnFailure::kFail;
+             po.on_failure = on_failure_of(on_failure, "partial_allreduce_hook");
              auto timeout = to_timeout(timeout_s, "partial_allreduce_hook");
              py::gil_scoped_release nogil;  // create() is collective
              return std::make_unique<PartialHandle>(std::move(comm), count, pm, po, timeout);

@@ -217,8 +217,9 @@ Result<TrainOptions> parse_train_options(int argc, char** argv) {
        }},
       {"--on-failure",
        [&o](const std::string& opt, const std::string& v) -> Status {
-         if (v != "fail" && v != "continue") return bad(opt, v, "expected fail or continue");
-         o.on_failure = v == "continue" ? OnFailure::kContinue : OnFailure::kFail;
+         Result<OnFailure> failure = parse_on_failure(v);
+         if (!failure.ok()) return bad(opt, v, "expected fail or continue");
+         o.on_failure = failure.value();
          return Status::Ok();
        }},
       {"--die-at",

@@ -133,6 +133,10 @@ TEST(PartialBadInput, ModesAndOptionsOutOfRangeAreRejectedOnEveryRank) {
     EXPECT_NE(mixed[r].status().message().find("solo_speedup"), std::string::npos)
         << mixed[r].status().message();
   }
+  EXPECT_EQ(parse_on_failure("fail").value(), OnFailure::kFail);
+  EXPECT_EQ(parse_on_failure("continue").value(), OnFailure::kContinue);
+  EXPECT_NE(parse_on_failure("Continue").status().message().find("'Continue' is neither"),
+            std::string::npos);
   EXPECT_FALSE(parse_partial_mode("quorum:x").ok());
   EXPECT_FALSE(parse_partial_mode("fast").ok());
   EXPECT_EQ(parse_partial_mode("quorum(3)").value().quorum, 3);

@@ -5,47 +5,30 @@ by the survivors' number), finish, reach well above chance, and end with identic
 (element-wise max and min over the survivors agree). Each survivor prints "DDP CONTINUE OK"."""
 
 import os
-import random
 import signal
-import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import eagercomm.torch as et
+from _blobs import CLASSES, accuracy, train
 from _common import check, init
 
 rank, size = init()
-torch.manual_seed(5)
-CLASSES = 4
-centers = torch.randn(CLASSES, 8) * 2.5
-
-
-def batch(gen, n):
-    y = torch.randint(0, CLASSES, (n,), generator=gen)
-    return centers[y] + torch.randn(n, 8, generator=gen), y
-
-
 model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, CLASSES))
 ddp = DDP(model, bucket_cap_mb=0.001, broadcast_buffers=False)
 state = et.PartialAllreduceState(mode="solo", on_failure="continue")
 ddp.register_comm_hook(state, et.partial_allreduce_hook)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
-gen = torch.Generator().manual_seed(100 + rank)
-shared = random.Random(11)
-for step in range(150):
+
+def die_at_40(step):
     if rank == size - 1 and step == 40:
         os.kill(os.getpid(), signal.SIGKILL)
-    slow = shared.randrange(size)
-    x, y = batch(gen, 32)
-    loss = torch.nn.functional.cross_entropy(ddp(x), y)
-    opt.zero_grad()
-    loss.backward()
-    if rank == slow:
-        time.sleep(0.005)
-    opt.step()
+
+
+train(ddp, opt, rank, size, steps=150, before_step=die_at_40)
 if state.finish():
     opt.step()
 # A survivor whose flush returned before the death in the other's flush meets it here.
@@ -53,11 +36,9 @@ if state.finish():
     opt.step()
 
 check(state.world_size == size - 1, f"the hook's world is {state.world_size}, expected {size - 1}")
-x_test, y_test = batch(torch.Generator().manual_seed(999), 1000)
-with torch.no_grad():
-    accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
-print(f"rank {rank}: accuracy {accuracy:.3f} after the death of rank {size - 1}", flush=True)
-check(accuracy > 0.6, f"accuracy {accuracy} is not well above chance")
+acc = accuracy(model)
+print(f"rank {rank}: accuracy {acc:.3f} after the death of rank {size - 1}", flush=True)
+check(acc > 0.6, f"accuracy {acc} is not well above chance")
 flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 high, low = flat.clone(), flat.clone()
 dist.all_reduce(high, op=dist.ReduceOp.MAX)

@@ -1,27 +1,15 @@
 """DDP with partial_allreduce_hook (solo) trains a small classifier to well above chance under
 random delays; one round per iteration keeps the replicas identical, finish() included."""
 
-import random
-import time
-
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import eagercomm.torch as et
+from _blobs import CLASSES, accuracy, train
 from _common import check, done, init
 
 rank, size = init()
-torch.manual_seed(5)
-CLASSES = 4
-centers = torch.randn(CLASSES, 8) * 2.5
-
-
-def batch(gen, n):
-    y = torch.randint(0, CLASSES, (n,), generator=gen)
-    return centers[y] + torch.randn(n, 8, generator=gen), y
-
-
 model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16),
                             torch.nn.ReLU(), torch.nn.Linear(16, CLASSES))
 # Small buckets (DDP may still use one for the first iterations: its first bucket is larger).
@@ -30,28 +18,16 @@ state = et.PartialAllreduceState(mode="solo")
 ddp.register_comm_hook(state, et.partial_allreduce_hook)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
-gen = torch.Generator().manual_seed(100 + rank)
-shared = random.Random(11)
 # 150 steps: at 60, solo's accuracy depended on which contributions made each round (0.555 in
 # one CI run on a loaded host, against the 0.6 required).
-for step in range(150):
-    slow = shared.randrange(size)
-    x, y = batch(gen, 32)
-    loss = torch.nn.functional.cross_entropy(ddp(x), y)
-    opt.zero_grad()
-    loss.backward()
-    if rank == slow:
-        time.sleep(0.005)
-    opt.step()
+train(ddp, opt, rank, size, steps=150)
 if state.finish():
     opt.step()
 
-x_test, y_test = batch(torch.Generator().manual_seed(999), 1000)
-with torch.no_grad():
-    accuracy = (model(x_test).argmax(1) == y_test).float().mean().item()
-print(f"rank {rank}: accuracy {accuracy:.3f} (chance {1 / CLASSES:.2f}), buckets "
+acc = accuracy(model)
+print(f"rank {rank}: accuracy {acc:.3f} (chance {1 / CLASSES:.2f}), buckets "
       f"{len(state.stats())}", flush=True)
-check(accuracy > 0.6, f"accuracy {accuracy} is not well above chance")
+check(acc > 0.6, f"accuracy {acc} is not well above chance")
 flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 gathered = [torch.empty_like(flat) for _ in range(size)]
 dist.all_gather(gathered, flat)
