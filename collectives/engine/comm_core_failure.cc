@@ -249,10 +249,19 @@ void CommCore::destroy() {
       Status s = mailbox_->send_control(peer, control_word(ControlKind::kPeerExit, lowest));
       if (!s.ok()) EC_DEBUG(kColl, "exit notice to rank %d: %s", peer, s.to_string().c_str());
     }
-    // Peers' queues may be full for a moment; give the notices a bounded chance to go out.
-    const auto deadline = RuntimeClock::now() + std::chrono::milliseconds(200);
+    // Peers' queues may be full for a moment, or a connection still being made (verbs over
+    // rdma_cm finishes connecting in poll(), and a communicator destroyed right after creation
+    // may come here first): give the notices a bounded chance to go out. Without the transport
+    // driven here, nobody drives it: a peer waiting in a collective heard nothing until its
+    // hang detection.
+    const auto deadline = RuntimeClock::now() + std::chrono::milliseconds(500);
+    TransportCompletion buf[64];
     while (mailbox_->has_deferred() && RuntimeClock::now() < deadline) {
-      if (!mailbox_->flush()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (mailbox_->flush()) continue;
+      const size_t n = transport_->poll(buf);
+      int events = 0;
+      for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
+      if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     drain_lent_buffers();
     // Leaving: peers learn that nothing more comes from or goes to this rank.

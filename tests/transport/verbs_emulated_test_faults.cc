@@ -157,6 +157,33 @@ TEST(VerbsEmulated, APeersLastNotificationsComeBeforeItsDisconnect) {
   }
 }
 
+// A rank that closes after its peer closed: what it still sent that peer (its exit notice, in a
+// job) goes to a destroyed queue pair and never completes. close() used to wait for it until its
+// 2 s limit on every such shutdown; the peer's disconnect now ends the wait for that peer.
+TEST(VerbsEmulated, ClosingAfterThePeerClosedDoesNotWaitForSendsToIt) {
+  Config config = emulated();
+  config.ib_connect = IbConnectMode::kCm;
+  config.ib_timeout = 20;  // 4.3 s per try: the retries cannot end the wait within the limit
+  for (int round = 0; round < 3; ++round) {
+    World w = world_with_a_write(2, config, 1, 0);
+    ASSERT_TRUE(w.ok);
+    ASSERT_TRUE(drive(w.t, w.seen, [&] {
+      return count(w.seen[1], TransportCompletion::Kind::kWriteDone) == 1 &&
+             count(w.seen[0], TransportCompletion::Kind::kNotify) == 1;
+    }));
+    w.t[1]->close();  // disconnects and destroys its queue pair
+    // Rank 0 has not polled since: the notification is posted, and nothing will complete it.
+    const Status s = w.t[0]->notify(1, 7);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    const auto start = std::chrono::steady_clock::now();
+    w.t[0]->close();
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_LT(took, 1500ms) << "round " << round << ": close() took "
+                            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                            << " ms (its limit is 2 s)";
+  }
+}
+
 // Defect 3 of issue 18: a QP that entered ERROR with nothing but flush errors to show for it
 // (a catastrophic local error; here without even the async event) was never reported: the flush
 // completions were skipped, and the peer looked alive until some timeout.

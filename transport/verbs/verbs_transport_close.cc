@@ -41,9 +41,12 @@ void VerbsTransport::drain_sends() {
   // the exit notices just posted and the last writes (issue 18, defect 5). Wait for their
   // completions first, at most kCloseDrain: a peer that no longer answers costs the retries.
   const auto deadline = deadline_after(kCloseDrain);
-  // The unsignaled tail is credit updates, which nobody needs once we close.
+  // The unsignaled tail is credit updates, which nobody needs once we close. A peer that
+  // disconnected has closed: what we still send it (our exit notice, when it closed first) will
+  // never be read, and its destroyed queue pair would keep us waiting out the whole drain.
   auto waits_for = [](const Peer& p) {
-    return p.qp != nullptr && p.connected && !p.failed && p.send_queue.awaits_signaled();
+    return p.qp != nullptr && p.connected && !p.failed && !p.left && !p.disconnect &&
+           p.send_queue.awaits_signaled();
   };
   auto pending = [&] { return std::any_of(peers_.begin(), peers_.end(), waits_for); };
   while (cq_ != nullptr && pending() && std::chrono::steady_clock::now() < deadline) {
@@ -51,6 +54,7 @@ void VerbsTransport::drain_sends() {
     const int got = ibv_poll_cq(cq_, 32, wc);
     if (got < 0) break;
     if (got == 0) {
+      progress_cm();  // a peer's disconnect ends the wait for it
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
@@ -63,8 +67,8 @@ void VerbsTransport::drain_sends() {
     }
   }
   // Out of time: what destroying the queue pairs discards is named, with the counts that kept
-  // the wait going. Info, not a warning: today a plain multi-process shutdown on the emulated
-  // device ends here too (the last exit notices to peers that closed first never complete).
+  // the wait going. Info, not a warning: a peer reached through the store path (no rdma_cm, so
+  // no disconnect to see) that closed first ends here too.
   for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) {
     const Peer& p = peers_[peer];
     if (!waits_for(p)) continue;
