@@ -197,11 +197,11 @@ ec_status ec_comm_shrink(ec_comm* comm, int64_t timeout_ms, int* members, int ca
                          members ? "given" : "null", capacity);
     }
     EC_ASSIGN_OR_RETURN(std::chrono::nanoseconds timeout, to_timeout(timeout_ms));
-    EC_ASSIGN_OR_RETURN(std::vector<int> left, c->shrink(timeout));
-    for (size_t i = 0; i < left.size() && i < static_cast<size_t>(capacity); ++i) {
-      members[i] = left[i];
+    EC_ASSIGN_OR_RETURN(std::vector<int> shrunk, c->shrink(timeout));
+    for (size_t i = 0; i < shrunk.size() && i < static_cast<size_t>(capacity); ++i) {
+      members[i] = shrunk[i];
     }
-    if (count != nullptr) *count = static_cast<int>(left.size());
+    if (count != nullptr) *count = static_cast<int>(shrunk.size());
     return Status::Ok();
   });
 }

@@ -178,18 +178,20 @@ class Communicator {
 
   // Continuing after a failure (docs/RELIABILITY.md, "Shrinking"): collective over the ranks
   // still alive, called after an operation failed with kPeerFailed (or whenever the application
-  // decides to drop ranks that are gone). The callers agree on one membership: a rank that any
-  // caller knows to be gone (it left, died or was declared hung) is left out, and so is a rank
-  // that does not call shrink() within `timeout`. The communicator is then rebuilt in place over
+  // decides to drop ranks that are gone). The callers agree on one membership: the ranks that
+  // call shrink() (a rank any caller knows to be gone is not waited for, and a rank that does
+  // not call within `timeout` is left out). The communicator is then rebuilt in place over
   // the members, renumbered in their old order: rank() and size() change, operations still
   // pending on the old group fail with kAborted, later calls run over the new group. Returns the
   // members' former ranks (index: new rank). A rank that was left out gets kPeerFailed, and its
   // communicator stays failed. Needs the bootstrap store the communicator was made through
   // (create(): the caller's store must still exist then; from_env: the launcher's or rank 0's
   // store, so a rank 0 that served the store cannot be survived outside eagercomm-run). Not
-  // concurrently with other calls on this communicator.
+  // concurrently with other calls on this communicator, abort() included. A shrink that fails
+  // (a member died during it: the error names it) leaves the communicator stopped; calling
+  // shrink() again agrees afresh among the ranks that do.
   Result<std::vector<int>> shrink(std::chrono::nanoseconds timeout = kConfiguredTimeout);
-  // How many times shrink() has rebuilt this communicator.
+  // How many times shrink() has rebuilt this communicator (failed shrinks do not count).
   uint32_t generation() const;
   // The members' ranks before the latest shrink (index: their rank now); 0 .. size() - 1 before
   // any. (What an application needs to take over a dead rank's share of work.)

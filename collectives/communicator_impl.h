@@ -68,8 +68,11 @@ struct Communicator::Impl {
   std::shared_ptr<Store> shared_store;
   std::string scope;
   bool in_process = false;
-  uint32_t generation = 0;
-  std::vector<int> members;  // the latest shrink's members: their ranks before it
+  uint32_t generation = 0;    // shrinks that rebuilt it
+  uint32_t shrink_calls = 0;  // shrink() calls that reached the store: each agrees under its own
+                              // keys, so a call after one that failed agrees afresh
+  std::string shrink_prefix;  // the store keys of the latest shrink that rebuilt it
+  std::vector<int> members;   // the latest shrink's members: their ranks before it
   std::vector<detail::ContinuingObject*> continuing;  // in creation order (the same everywhere)
 };
 

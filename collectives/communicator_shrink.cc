@@ -2,13 +2,14 @@
 // bootstrap store and rebuild the communicator over it (docs/RELIABILITY.md, "Shrinking").
 //
 // Agreement. The store is the one party every survivor can reach whatever died, so it decides:
-// under "<scope>/shrink<g>/" (g: the generation being made) every caller publishes the peers it
-// knows to be gone ("view/<rank>", then raises "joined/<rank>"), and the first caller to take
-// the ticket ("decider") waits until every rank that no view calls gone has published its own,
+// under "<scope>/shrink<n>/" (n: this rank's count of shrink() calls, the same on every survivor
+// that made the same calls; a call after a failed one agrees afresh) every caller publishes the
+// peers it knows to be gone ("view/<rank>", then raises "joined/<rank>"), and the first caller to
+// take the ticket ("decider") waits until every rank that no view calls gone has published its own,
 // merging the views as they come; at the timeout the ranks still silent are left out. It
 // publishes the members ("members": the ranks that published a view); every caller reads that
 // one list, so all decide the same whatever each had seen.
-// The members then bootstrap a new engine under "<scope>/shrink<g>/comm" (new transport
+// The members then bootstrap a new engine under "<scope>/shrink<n>/comm" (new transport
 // endpoints, new mailboxes: a failed peer may have left the old ones in any state).
 #include <algorithm>
 #include <chrono>
@@ -28,31 +29,44 @@
 namespace eagercomm {
 namespace {
 
-Bytes encode_ranks(const std::vector<int>& ranks) {
-  Bytes out(ranks.size() * sizeof(int32_t));
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const int32_t r = ranks[i];
-    std::memcpy(out.data() + i * sizeof(int32_t), &r, sizeof(r));
+// What a view and the members key hold: ranks, and the engine's next stream id (the decider
+// publishes the largest, so objects created after the shrink get the same id on every member
+// even where a create() that met the failure took one).
+struct RankList {
+  uint32_t next_stream = 0;
+  std::vector<int> ranks;
+};
+
+Bytes encode_ranks(const RankList& list) {
+  Bytes out((1 + list.ranks.size()) * sizeof(int32_t));
+  std::memcpy(out.data(), &list.next_stream, sizeof(uint32_t));
+  for (size_t i = 0; i < list.ranks.size(); ++i) {
+    const int32_t r = list.ranks[i];
+    std::memcpy(out.data() + (i + 1) * sizeof(int32_t), &r, sizeof(r));
   }
   return out;
 }
 
-Result<std::vector<int>> decode_ranks(const Bytes& bytes, int size, const std::string& key) {
-  if (bytes.size() % sizeof(int32_t) != 0) {
-    return make_status(StatusCode::kInternal, "shrink: store key %s holds %zu bytes", key.c_str(),
-                       bytes.size());
+Result<RankList> decode_ranks(const Bytes& bytes, int size, const std::string& key) {
+  if (bytes.empty() || bytes.size() % sizeof(int32_t) != 0) {
+    return make_status(StatusCode::kInternal,
+                       "shrink: store key %s holds %zu bytes (a stream counter and 4 per rank "
+                       "expected)",
+                       key.c_str(), bytes.size());
   }
-  std::vector<int> out(bytes.size() / sizeof(int32_t));
-  for (size_t i = 0; i < out.size(); ++i) {
+  RankList list;
+  std::memcpy(&list.next_stream, bytes.data(), sizeof(uint32_t));
+  list.ranks.resize(bytes.size() / sizeof(int32_t) - 1);
+  for (size_t i = 0; i < list.ranks.size(); ++i) {
     int32_t r = 0;
-    std::memcpy(&r, bytes.data() + i * sizeof(int32_t), sizeof(r));
+    std::memcpy(&r, bytes.data() + (i + 1) * sizeof(int32_t), sizeof(r));
     if (r < 0 || r >= size) {
       return make_status(StatusCode::kInternal, "shrink: store key %s names rank %d of %d",
                          key.c_str(), static_cast<int>(r), size);
     }
-    out[i] = r;
+    list.ranks[i] = r;
   }
-  return out;
+  return list;
 }
 
 std::string rank_list(const std::vector<int>& ranks) {
@@ -68,7 +82,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 // that brought this rank here may have come before the news of who failed.
 Result<std::vector<int>> decide_members(Store& store, const std::string& prefix, int rank, int size,
                                         detail::CommCore& old,
-                                        std::chrono::steady_clock::time_point deadline) {
+                                        std::chrono::steady_clock::time_point deadline,
+                                        uint32_t* next_stream) {
   std::vector<bool> out(size, false), seen(size, false);
   seen[rank] = true;
   // Whether rank r has published: add(.., 0) answers at once on every store, where a get() with
@@ -79,8 +94,9 @@ Result<std::vector<int>> decide_members(Store& store, const std::string& prefix,
     const std::string key = prefix + "view/" + std::to_string(r);
     EC_ASSIGN_OR_RETURN(Bytes view, store.get(key, std::chrono::seconds(30)));
     seen[r] = true;
-    EC_ASSIGN_OR_RETURN(std::vector<int> theirs, decode_ranks(view, size, key));
-    for (int g : theirs) out[g] = true;
+    EC_ASSIGN_OR_RETURN(RankList theirs, decode_ranks(view, size, key));
+    *next_stream = std::max(*next_stream, theirs.next_stream);
+    for (int g : theirs.ranks) out[g] = true;
     return true;
   };
   for (;;) {
@@ -138,8 +154,7 @@ Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) 
   }
   const int rank = old->rank();
   const int size = old->size();
-  const uint32_t generation = im.generation + 1;
-  const std::string prefix = im.scope + "/shrink" + std::to_string(generation) + "/";
+  const std::string prefix = im.scope + "/shrink" + std::to_string(++im.shrink_calls) + "/";
   const auto deadline = deadline_after(timeout);
   const std::chrono::nanoseconds store_timeout =
       timeout < std::chrono::nanoseconds::zero() ? kWaitForever : timeout;
@@ -147,26 +162,40 @@ Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) 
   // The view goes out before the old group stops here: peers that have not seen the failure yet
   // learn of this rank's exit and come here too, and a peer that takes that exit for a death has
   // this rank's view in the store already (the decider counts every rank that published one).
-  std::vector<int> gone = old->gone_peers();
+  const RankList view{old->next_stream_id(), old->gone_peers()};
   Store& store = *im.bootstrap;
-  EC_RETURN_IF_ERROR(store.set(prefix + "view/" + std::to_string(rank), encode_ranks(gone)));
+  EC_RETURN_IF_ERROR(store.set(prefix + "view/" + std::to_string(rank), encode_ranks(view)));
   EC_RETURN_IF_ERROR(store.add(prefix + "joined/" + std::to_string(rank), 1).status());
   EC_ASSIGN_OR_RETURN(int64_t ticket, store.add(prefix + "decider", 1));
   if (ticket != 1) {
     old->destroy();
   } else {
-    // The decider stops its old group once it has decided.
-    Result<std::vector<int>> decided = decide_members(store, prefix, rank, size, *old, deadline);
+    // The decider stops its old group once it has published (stopping may take the drain of
+    // buffers lent to peers, which the others need not wait for).
+    uint32_t next_stream = view.next_stream;
+    Result<std::vector<int>> decided =
+        decide_members(store, prefix, rank, size, *old, deadline, &next_stream);
+    const Status published =
+        decided.ok() ? store.set(prefix + "members", encode_ranks({next_stream, decided.value()}))
+                     : decided.status();
     old->destroy();
-    if (!decided.ok()) return decided.status();
-    EC_RETURN_IF_ERROR(store.set(prefix + "members", encode_ranks(decided.value())));
+    EC_RETURN_IF_ERROR(published);
   }
   // The decider may take the whole timeout to wait for late ranks before it publishes.
   const std::chrono::nanoseconds members_timeout =
       store_timeout == kWaitForever || store_timeout > kWaitForever / 4 ? kWaitForever
                                                                         : 2 * store_timeout;
-  EC_ASSIGN_OR_RETURN(Bytes packed, store.get(prefix + "members", members_timeout));
-  EC_ASSIGN_OR_RETURN(std::vector<int> members, decode_ranks(packed, size, prefix + "members"));
+  Result<Bytes> got = store.get(prefix + "members", members_timeout);
+  if (!got.ok()) {
+    return make_status(got.status().code(),
+                       "shrink: rank %d found no members published under %s (the rank that "
+                       "decides, the first to join, may have died before publishing); calling "
+                       "shrink() again agrees afresh: %s",
+                       rank, prefix.c_str(), got.status().message().c_str());
+  }
+  const Bytes& packed = got.value();
+  EC_ASSIGN_OR_RETURN(RankList decided, decode_ranks(packed, size, prefix + "members"));
+  const std::vector<int>& members = decided.ranks;
   const auto me = std::find(members.begin(), members.end(), rank);
   if (me == members.end()) {
     return make_status(StatusCode::kPeerFailed,
@@ -184,14 +213,15 @@ Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) 
           rank_list(left).c_str(), rank, size, new_rank, new_size);
 
   // A member that dies now fails the bootstrap below after the timeout, naming it; the
-  // generation is spent either way, so that calling shrink() again agrees afresh (without it).
-  im.generation = generation;
-  im.members = members;
+  // communicator stays as it was (its engine stopped), and calling shrink() again agrees afresh.
   Config config = old->config();
   EC_ASSIGN_OR_RETURN(
       std::shared_ptr<detail::CommCore> fresh,
       detail::CommCore::create(store, prefix + "comm", new_rank, new_size, config, im.in_process));
-  fresh->reserve_stream_ids(old->next_stream_id());
+  fresh->reserve_stream_ids(decided.next_stream);
+  ++im.generation;
+  im.shrink_prefix = prefix;
+  im.members = members;
   {
     std::lock_guard lock(im.device_mu);
     im.device.reset();  // staged on the old engine's stream and buffers

@@ -451,11 +451,15 @@ Result<RoundResult> PartialAllreduce::wait(std::chrono::nanoseconds timeout,
   EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "partial allreduce wait"));
   timeout =
       timeout == kConfiguredTimeout ? impl_->configured_wait() : impl_->core_->resolve(timeout);
-  const auto deadline = deadline_after(timeout);
+  auto deadline = deadline_after(timeout);
   for (;;) {
+    const uint32_t generation = impl_->generation_;
     EC_ASSIGN_OR_RETURN(std::optional<RoundResult> r, poll());
     if (r) return std::move(*r);
     PartialShared& s = *impl_->shared_;  // poll() may have moved on to a new group
+    // A recovery inside poll() spent time that is not the new group's: the wait starts afresh
+    // there, or a survivor whose recovery outlasted the rest of the timeout failed at once.
+    if (impl_->generation_ != generation) deadline = deadline_after(timeout);
     // A rank that waits having taken every result so far, with its posts in the open round,
     // has arrived at that round even if those posts were late when made (several posts before
     // taking a result): count it as arrived, or the round could wait for a post that never
@@ -587,7 +591,9 @@ Result<std::optional<uint64_t>> PartialAllreduce::flush_in_group(
     Result<std::optional<RoundResult>> polled = poll();
     im.exchanging_flush_ = 0;
     if (im.shared_ != shared) {  // poll() moved on to a new group
-      if (polled.ok() && polled.value() && apply) apply(std::move(*polled.value()));
+      // ... unless the recovery failed after this object's part (another object's restart).
+      if (!polled.ok()) return polled.status();
+      if (polled.value() && apply) apply(std::move(*polled.value()));
       return std::optional<uint64_t>();
     }
     if (!polled.ok()) {

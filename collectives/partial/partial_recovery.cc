@@ -7,7 +7,7 @@
 //      application, and it counts D_s, the rounds it delivered.
 //   2. The communicator shrinks to the survivors (Communicator::shrink(); a second object of the
 //      same communicator finds it shrunk already and joins that group).
-//   3. Under "<scope>/shrink<g>/partial<stream>/" each survivor publishes D_s and its flushes;
+//   3. Under "<shrink's keys>/partial<stream>/" each survivor publishes D_s and its flushes;
 //      D = max D_s. Rounds deliver in order and every rank's result of a round is the same sum,
 //      so rounds below D are complete on at least one survivor: the first such survivor (in rank
 //      order) publishes the results of rounds min D_s .. D - 1 and the others take those they
@@ -138,8 +138,7 @@ Status PartialAllreduce::Impl::stop(Communicator::Impl& ci, Recovery& rec) {
         Pending{result_in(rec.old, record.buffer, round_base_ + record.round), rec.result_bytes});
   }
   rec.delivered = round_base_ + old.delivered.load(std::memory_order_acquire);
-  rec.prefix = ci.scope + "/shrink" + std::to_string(ci.generation) + "/partial" +
-               std::to_string(old.stream) + "/";
+  rec.prefix = ci.shrink_prefix + "partial" + std::to_string(old.stream) + "/";
   const SurvivorState mine{rec.delivered, flushes_done_, last_flush_round_};
   return ci.bootstrap->set(rec.prefix + "state/" + std::to_string(old.rank), encode(mine));
 }
@@ -188,15 +187,21 @@ Status PartialAllreduce::Impl::restart(Communicator::Impl& ci, Recovery& rec) {
   const PartialShared& old = *rec.old;
   const std::chrono::nanoseconds timeout =
       ci.core->config().timeout.count() > 0 ? ci.core->config().timeout : kWaitForever;
+  // Queued for the application only once the new incarnation stands: a restart that fails
+  // leaves pending_ as it was, and a recovery tried again fetches them again.
+  std::vector<Pending> missed;
   for (uint64_t r = rec.delivered; r < rec.most; ++r) {
     const std::string key = rec.prefix + "round/" + std::to_string(r);
     EC_ASSIGN_OR_RETURN(Bytes b, ci.bootstrap->get(key, timeout));
     if (b.size() != rec.result_bytes) {
-      return make_status(StatusCode::kInternal, "partial allreduce: store key %s holds %zu bytes",
-                         key.c_str(), b.size());
+      return make_status(StatusCode::kInternal,
+                         "partial allreduce %u: store key %s holds %zu bytes, round %llu's "
+                         "result is %zu",
+                         old.stream, key.c_str(), b.size(), static_cast<unsigned long long>(r),
+                         rec.result_bytes);
     }
     auto bytes = std::make_shared<const std::vector<uint8_t>>(std::move(b));
-    pending_.push_back(
+    missed.push_back(
         Pending{result_of(std::move(bytes), r, old.size, old.count, old.type), rec.result_bytes});
   }
   // A flush that returned on a survivor before the failure ends here at its round (every rank
@@ -229,14 +234,14 @@ Status PartialAllreduce::Impl::restart(Communicator::Impl& ci, Recovery& rec) {
   if (open.posts > 0) add(open.data(), open.posts);
   const uint32_t carried = carry.posts;
 
+  auto next = std::make_unique<detail::PartialStream>(*core, shared);
+  EC_RETURN_IF_ERROR(core->attach_stream(old.stream, next.get()));
+  for (Pending& p : missed) pending_.push_back(std::move(p));
   before_.posts += old.posts.load(std::memory_order_relaxed);
   before_.late_posts += old.late_posts.load(std::memory_order_relaxed);
   before_.dropped_posts += old.dropped_posts.load(std::memory_order_relaxed);
   before_.rounds_activated = rec.most;
   before_.rounds_delivered = rec.most;
-
-  auto next = std::make_unique<detail::PartialStream>(*core, shared);
-  EC_RETURN_IF_ERROR(core->attach_stream(old.stream, next.get()));
   stream_ = std::move(next);
   shared_ = std::move(shared);
   core_ = core;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/partial_allreduce.h"
 #include "tests/harness/thread_world.h"
 
 namespace eagercomm::test {
@@ -125,6 +126,102 @@ TEST(Shrink, ARankThatDoesNotComeIsLeftOut) {
     std::vector<float> x(10, 1.0f);
     ASSERT_TRUE(c.allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum).ok());
     EXPECT_EQ(x[0], 2.0f);
+  });
+}
+
+// A store that loses the first shrink's members, as if the rank deciding them had died before
+// publishing them.
+class LosesTheFirstMembers final : public Store {
+ public:
+  Status set(const std::string& key, const Bytes& value) override {
+    if (key.ends_with("/members") && !lost_.exchange(true)) return Status::Ok();
+    return inner_.set(key, value);
+  }
+  Result<Bytes> get(const std::string& key, std::chrono::nanoseconds timeout) override {
+    return inner_.get(key, timeout);
+  }
+  Result<int64_t> add(const std::string& key, int64_t delta) override {
+    return inner_.add(key, delta);
+  }
+  Status wait(const std::vector<std::string>& keys, std::chrono::nanoseconds timeout) override {
+    return inner_.wait(keys, timeout);
+  }
+
+ private:
+  HashStore inner_;
+  std::atomic<bool> lost_{false};
+};
+
+// A shrink that fails (nobody published its members) says so on every caller and leaves the
+// communicator as it was; the next shrink() agrees afresh, under keys of its own (it used to
+// reuse the failed one's, where the decider's ticket was taken: nobody decided again).
+TEST(Shrink, AFailedShrinkCanBeCalledAgain) {
+  const Config config = test_config({{"EAGERCOMM_TIMEOUT", "1s"}});
+  LosesTheFirstMembers store;
+  std::vector<std::unique_ptr<Communicator>> comms(3);
+  run_threads(3, [&](int r) {
+    CommunicatorOptions opts;
+    opts.config = &config;
+    opts.scope = "shrink-again";
+    auto c = Communicator::create(store, r, 3, opts);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    comms[r] = std::move(c).value();
+  });
+  run_threads(3, [&](int r) {
+    Communicator& c = *comms[r];
+    if (r == 2) {
+      c.abort("killed by the test");
+      return;
+    }
+    std::vector<float> v(1000, 1.0f);
+    EXPECT_FALSE(
+        c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).ok());
+    Result<std::vector<int>> failed = c.shrink();
+    ASSERT_FALSE(failed.ok());
+    EXPECT_NE(failed.status().message().find("found no members published"), std::string::npos)
+        << failed.status().to_string();
+    EXPECT_EQ(c.generation(), 0u);
+    Result<std::vector<int>> members = c.shrink();
+    ASSERT_TRUE(members.ok()) << members.status().to_string();
+    EXPECT_EQ(members.value(), (std::vector<int>{0, 1}));
+    EXPECT_EQ(c.generation(), 1u);
+    EXPECT_EQ(c.former_ranks(), members.value());
+    std::vector<float> x(10, 1.0f);
+    ASSERT_TRUE(c.allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum).ok());
+    EXPECT_EQ(x[0], 2.0f);
+  });
+}
+
+// A create() that met the failure had taken a stream id on its rank only; the shrink takes the
+// largest id any member took, so objects made afterwards get the same id everywhere (before,
+// rank 0's was one more than rank 1's and their rounds never met).
+TEST(Shrink, ObjectsCreatedAfterAShrinkAgreeOnTheirStream) {
+  auto w = World::make(3, test_config({{"EAGERCOMM_TIMEOUT", "5s"}}));
+  ASSERT_EQ(w->size(), 3);
+  w->run([&](int r, Communicator& c) {
+    if (r == 2) {
+      c.abort("killed by the test");
+      return;
+    }
+    if (r == 0) {
+      auto met = PartialAllreduce::create(c, 4, DataType::kFloat32, PartialMode::sync());
+      EXPECT_FALSE(met.ok());
+    } else {
+      std::vector<float> v(100, 1.0f);
+      EXPECT_FALSE(
+          c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).ok());
+    }
+    Result<std::vector<int>> members = c.shrink();
+    ASSERT_TRUE(members.ok()) << members.status().to_string();
+    auto pa = PartialAllreduce::create(c, 4, DataType::kFloat32, PartialMode::sync());
+    ASSERT_TRUE(pa.ok()) << pa.status().to_string();
+    const std::vector<float> g(4, 1.0f);
+    ASSERT_TRUE(pa.value()->post(g.data(), g.size(), DataType::kFloat32).ok());
+    Result<RoundResult> round = pa.value()->wait();
+    ASSERT_TRUE(round.ok()) << round.status().to_string();
+    std::vector<float> out(4);
+    ASSERT_TRUE(round.value().copy_to(out.data()).ok());
+    EXPECT_EQ(out[0], 2.0f);
   });
 }
 
