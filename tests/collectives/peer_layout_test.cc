@@ -16,6 +16,7 @@
 #include "collectives/config.h"
 #include "collectives/engine/partner_layout.h"
 #include "runtime/store.h"
+#include "tests/harness/forwarding_store.h"
 #include "tests/harness/thread_world.h"
 #include "transport/mailbox.h"
 
@@ -307,24 +308,12 @@ TEST(PeerLayout, BootstrapStoreTrafficIsLinearInP) {
 // A table of endpoints that does not parse (a store that cut it short) fails the ranks that read
 // it with kProtocolError naming the table; rank 0, which built it, hears of their failure instead
 // of waiting for them until its timeout.
-class CuttingStore final : public Store {
+class CuttingStore final : public ForwardingStore {
  public:
   Status set(const std::string& key, const Bytes& value) override {
     if (!key.ends_with("/peers")) return inner_.set(key, value);
     return inner_.set(key, Bytes(value.begin(), value.end() - 3));
   }
-  Result<Bytes> get(const std::string& key, std::chrono::nanoseconds timeout) override {
-    return inner_.get(key, timeout);
-  }
-  Result<int64_t> add(const std::string& key, int64_t delta) override {
-    return inner_.add(key, delta);
-  }
-  Status wait(const std::vector<std::string>& keys, std::chrono::nanoseconds timeout) override {
-    return inner_.wait(keys, timeout);
-  }
-
- private:
-  HashStore inner_;
 };
 
 TEST(PeerLayout, AMalformedTableOfEndpointsIsNamed) {

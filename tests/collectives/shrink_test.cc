@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/partial_allreduce.h"
+#include "tests/harness/forwarding_store.h"
 #include "tests/harness/thread_world.h"
 
 namespace eagercomm::test {
@@ -131,24 +132,14 @@ TEST(Shrink, ARankThatDoesNotComeIsLeftOut) {
 
 // A store that loses the first shrink's members, as if the rank deciding them had died before
 // publishing them.
-class LosesTheFirstMembers final : public Store {
+class LosesTheFirstMembers final : public ForwardingStore {
  public:
   Status set(const std::string& key, const Bytes& value) override {
     if (key.ends_with("/members") && !lost_.exchange(true)) return Status::Ok();
     return inner_.set(key, value);
   }
-  Result<Bytes> get(const std::string& key, std::chrono::nanoseconds timeout) override {
-    return inner_.get(key, timeout);
-  }
-  Result<int64_t> add(const std::string& key, int64_t delta) override {
-    return inner_.add(key, delta);
-  }
-  Status wait(const std::vector<std::string>& keys, std::chrono::nanoseconds timeout) override {
-    return inner_.wait(keys, timeout);
-  }
 
  private:
-  HashStore inner_;
   std::atomic<bool> lost_{false};
 };
 
