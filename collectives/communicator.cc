@@ -239,7 +239,13 @@ void Communicator::destroy() {
 }
 
 void Communicator::abort(const std::string& reason) {
-  if (impl_->core) impl_->core->abort(reason);
+  std::shared_ptr<detail::CommCore> core;
+  {
+    std::lock_guard lock(impl_->abort_mu);
+    impl_->aborted = reason;
+    core = impl_->core;
+  }
+  if (core) core->abort(reason);
 }
 
 Result<Request> Communicator::Impl::submit(std::shared_ptr<detail::Op> op) {

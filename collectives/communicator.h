@@ -187,7 +187,9 @@ class Communicator {
   // communicator stays failed. Needs the bootstrap store the communicator was made through
   // (create(): the caller's store must still exist then; from_env: the launcher's or rank 0's
   // store, so a rank 0 that served the store cannot be survived outside eagercomm-run). Not
-  // concurrently with other calls on this communicator, abort() included. A shrink that fails
+  // concurrently with other calls on this communicator except abort(): an abort while it runs
+  // ends it with kAborted once the new group is made (the store's waits are not interrupted),
+  // and the new group is aborted too; after an abort it fails at once. A shrink that fails
   // (a member died during it: the error names it) leaves the communicator stopped; calling
   // shrink() again agrees afresh among the ranks that do.
   Result<std::vector<int>> shrink(std::chrono::nanoseconds timeout = kConfiguredTimeout);

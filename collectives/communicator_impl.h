@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,10 @@ struct Communicator::Impl {
   std::string shrink_prefix;  // the store keys of the latest shrink that rebuilt it
   std::vector<int> members;   // the latest shrink's members: their ranks before it
   std::vector<detail::ContinuingObject*> continuing;  // in creation order (the same everywhere)
+  // abort() runs on any thread, shrink() replaces `core`: the replacement and abort's read of
+  // it are under abort_mu, and an abort while a shrink runs reaches the new engine too.
+  std::mutex abort_mu;
+  std::optional<std::string> aborted;  // abort()'s reason
 };
 
 // Joins through `store` (kept by the communicator) as Communicator::create() does; `server` (may

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -144,7 +146,15 @@ std::vector<int> Communicator::former_ranks() const {
 
 Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) {
   Impl& im = *impl_;
-  std::shared_ptr<detail::CommCore> old = im.core;
+  std::shared_ptr<detail::CommCore> old;
+  {
+    std::lock_guard lock(im.abort_mu);
+    if (im.aborted) {
+      return make_status(StatusCode::kAborted, "shrink(): the communicator was aborted%s%s",
+                         im.aborted->empty() ? "" : ": ", im.aborted->c_str());
+    }
+    old = im.core;
+  }
   log_set_thread_rank(old->rank());
   EC_ASSIGN_OR_RETURN(timeout, detail::check_timeout(timeout, "shrink"));
   timeout = old->resolve(timeout);
@@ -227,8 +237,19 @@ Result<std::vector<int>> Communicator::shrink(std::chrono::nanoseconds timeout) 
     im.device.reset();  // staged on the old engine's stream and buffers
   }
   im.spare_small.reset();
-  im.core = std::move(fresh);
+  std::optional<std::string> aborted;
+  {
+    std::lock_guard lock(im.abort_mu);
+    aborted = im.aborted;
+    im.core = fresh;
+  }
   log_set_thread_rank(new_rank);
+  if (aborted) {  // while this shrink ran: the new group goes the way the old one went
+    fresh->abort(*aborted);
+    return make_status(StatusCode::kAborted,
+                       "shrink(): the communicator was aborted while it shrank%s%s",
+                       aborted->empty() ? "" : ": ", aborted->c_str());
+  }
   return members;
 }
 

@@ -216,6 +216,45 @@ TEST(Shrink, ObjectsCreatedAfterAShrinkAgreeOnTheirStream) {
   });
 }
 
+// abort() from another thread (a watchdog) while shrink() runs: the shrink ends with kAborted
+// quoting the reason, and the communicator stays aborted; the other survivor goes on. (abort()
+// read the engine that shrink() replaces without synchronization, and was lost on the old one.)
+TEST(Shrink, AnAbortWhileShrinkingEndsIt) {
+  auto w = World::make(3, test_config({{"EAGERCOMM_TIMEOUT", "3s"}}));
+  ASSERT_EQ(w->size(), 3);
+  std::atomic<bool> shrinking{false};
+  std::thread watchdog([&] {
+    while (!shrinking.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    (*w)[0].abort("the watchdog gave up");
+  });
+  w->run([&](int r, Communicator& c) {
+    if (r == 2) {
+      c.abort("killed by the test");
+      return;
+    }
+    std::vector<float> v(1000, 1.0f);
+    EXPECT_FALSE(
+        c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).ok());
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 waits in its shrink
+      Result<std::vector<int>> members = c.shrink();
+      EXPECT_TRUE(members.ok()) << members.status().to_string();
+      return;
+    }
+    shrinking = true;
+    Result<std::vector<int>> members = c.shrink();
+    ASSERT_FALSE(members.ok());
+    EXPECT_EQ(members.status().code(), StatusCode::kAborted) << members.status().to_string();
+    EXPECT_NE(members.status().message().find("the watchdog gave up"), std::string::npos)
+        << members.status().to_string();
+    float x = 1;
+    const Status after = c.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(after.code(), StatusCode::kAborted) << after.to_string();
+  });
+  watchdog.join();
+}
+
 TEST(Shrink, BadArgumentsAreRefused) {
   auto w = World::make(2, shrink_config());
   ASSERT_EQ(w->size(), 2);
