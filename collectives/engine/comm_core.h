@@ -224,6 +224,9 @@ class CommCore final : public ProgressSource {
   void release_lender(int peer, std::optional<OpKey> key);
   // destroy(): waits, bounded, for peers to stop using the buffers of operations failed there.
   void drain_lent_buffers();
+  // One pass of progress while destroy() runs (the engine no longer drives): completions taken
+  // in, deferred and queued sends retried. Returns how many completions it took.
+  size_t closing_pass();
   // The collective sequence number whose low 24 bits a control notice carries.
   uint64_t widen_seq(uint32_t low24) const;
 

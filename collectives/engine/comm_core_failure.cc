@@ -255,19 +255,25 @@ void CommCore::destroy() {
     // driven here, nobody drives it: a peer waiting in a collective heard nothing until its
     // hang detection.
     const auto deadline = RuntimeClock::now() + std::chrono::milliseconds(500);
-    TransportCompletion buf[64];
     while (mailbox_->has_deferred() && RuntimeClock::now() < deadline) {
       if (mailbox_->flush()) continue;
-      const size_t n = transport_->poll(buf);
-      int events = 0;
-      for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
-      if (n == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (closing_pass() == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     drain_lent_buffers();
     // Leaving: peers learn that nothing more comes from or goes to this rank.
     transport_->close();
     EC_DEBUG(kInit, "communicator destroyed");
   });
+}
+
+size_t CommCore::closing_pass() {
+  TransportCompletion buf[64];
+  const size_t n = transport_->poll(buf);
+  int events = 0;
+  for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
+  mailbox_->flush();
+  send_outgoing();
+  return n;
 }
 
 void CommCore::drain_lent_buffers() {
@@ -283,14 +289,8 @@ void CommCore::drain_lent_buffers() {
     EC_DEBUG(kColl, "waiting for peers to stop using the buffers of %zu collectives",
              draining_.size());
   }
-  TransportCompletion buf[64];
   while (!draining_.empty() && RuntimeClock::now() < deadline) {
-    const size_t n = transport_->poll(buf);
-    int events = 0;
-    for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
-    mailbox_->flush();
-    send_outgoing();
-    if (n == 0) transport_->wait(std::chrono::milliseconds(1));
+    if (closing_pass() == 0) transport_->wait(std::chrono::milliseconds(1));
   }
   if (!draining_.empty()) {
     EC_WARN(kColl,

@@ -20,6 +20,18 @@ using std::chrono::seconds;
 
 Config shrink_config() { return test_config({{"EAGERCOMM_TIMEOUT", "20s"}}); }
 
+// Rank `dead` leaves by abort() and this returns true there; the others' next allreduce meets
+// the death (fails) and this returns false.
+bool dies_or_meets_the_death(int r, int dead, Communicator& c) {
+  if (r == dead) {
+    c.abort("killed by the test");
+    return true;
+  }
+  std::vector<float> v(1000, 1.0f);
+  EXPECT_FALSE(c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).ok());
+  return false;
+}
+
 // Rank `dead` leaves by abort() (its peers see what they see of a crash: kPeerFailed naming it);
 // the others' next allreduce fails, they shrink and their allreduces sum over the members only.
 void check_survivors_go_on(int size, int dead) {
@@ -160,13 +172,7 @@ TEST(Shrink, AFailedShrinkCanBeCalledAgain) {
   });
   run_threads(3, [&](int r) {
     Communicator& c = *comms[r];
-    if (r == 2) {
-      c.abort("killed by the test");
-      return;
-    }
-    std::vector<float> v(1000, 1.0f);
-    EXPECT_FALSE(
-        c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).ok());
+    if (dies_or_meets_the_death(r, 2, c)) return;
     Result<std::vector<int>> failed = c.shrink();
     ASSERT_FALSE(failed.ok());
     EXPECT_NE(failed.status().message().find("found no members published"), std::string::npos)
@@ -229,13 +235,7 @@ TEST(Shrink, AnAbortWhileShrinkingEndsIt) {
     (*w)[0].abort("the watchdog gave up");
   });
   w->run([&](int r, Communicator& c) {
-    if (r == 2) {
-      c.abort("killed by the test");
-      return;
-    }
-    std::vector<float> v(1000, 1.0f);
-    EXPECT_FALSE(
-        c.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).ok());
+    if (dies_or_meets_the_death(r, 2, c)) return;
     if (r == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 waits in its shrink
       Result<std::vector<int>> members = c.shrink();
