@@ -558,6 +558,7 @@ CommunicatorStats Communicator::stats() const {
   out.connected_peers = mail.connected_peers;
   out.data_peers = mail.data_peers;
   out.mailbox_bytes = mail.registered_bytes;
+  out.peers_gone = static_cast<uint32_t>(impl_->core->gone_peers().size());
   return out;
 }
 

@@ -83,8 +83,12 @@ struct CommunicatorStats {
   uint64_t deferred_sends = 0;  // sends retried after transport back-pressure
   uint64_t unexpected_messages = 0;
   uint64_t engine_blocks = 0;  // times a driver went to sleep waiting for peers
-  // What this rank holds for its peers: every rank connects to every other at creation
-  // (size() - 1). Its registered mailbox keeps EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES for the
+  // What this rank holds for its peers: `connected_peers` counts the transport connections it
+  // has now. Transports other than verbs connect on first use, so a rank holds connections to
+  // the peers it has exchanged messages with: O(log size()) for the collectives and partial
+  // rounds (their data partners), more once control notices went to others (a signature probe,
+  // a quorum's arrival at its coordinator); verbs connects every pair at creation (size() - 1).
+  // Its registered mailbox keeps EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES for the
   // ring neighbours, half as many slots for the other peers its algorithms send data to
   // (`data_peers`, O(log size())), and 4 slots of 1 KiB for every other rank (control messages);
   // twice that where the transport cannot store into the peers' memory (ucx between hosts,
@@ -92,6 +96,9 @@ struct CommunicatorStats {
   // the figures for larger jobs.
   uint32_t connected_peers = 0;
   uint32_t data_peers = 0;
+  // Ranks this rank knows to be gone (left, failed or declared hung): told directly, by a
+  // verdict or down the exit tree, or found by its transport.
+  uint32_t peers_gone = 0;
   uint64_t mailbox_bytes = 0;
 };
 

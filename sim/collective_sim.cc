@@ -145,6 +145,7 @@ Result<CollectiveResult> run_collective(SimWorld& world, const CollectiveRun& ru
   out.network.messages = net.stats().messages - before.messages;
   out.network.bytes = net.stats().bytes - before.bytes;
   out.network.events = net.stats().events - before.events;
+  out.connections = world.most_connections();
   return out;
 }
 

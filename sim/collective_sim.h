@@ -25,6 +25,7 @@ struct CollectiveResult {
   bool checked = false;             // the values were compared (payloads copied)
   uint64_t wrong = 0;               // elements that differ from the expected value
   NetworkStats network;             // messages and bytes of this run
+  uint32_t connections = 0;         // the most connections a rank holds afterwards
   double wall_s = 0;                // real time the loop took
 };
 

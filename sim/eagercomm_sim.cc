@@ -170,9 +170,9 @@ Result<PartialResult> run_partial_in_new_world(int P, const LogGP& model, std::F
 // The partial allreduce table: one row per P, size and mode.
 int partial_table(const PartialTable& t, const std::vector<int>& ranks,
                   const std::vector<uint64_t>& sizes, const LogGP& model, std::string* rows) {
-  std::printf("# %6s %10s %12s %6s %11s %11s %7s %11s %6s %6s %5s %8s\n", "ranks", "bytes", "mode",
-              "strag", "fast (us)", "alone (us)", "ratio", "slow (us)", "fresh", "stale", "max",
-              "wall (s)");
+  std::printf("# %6s %10s %12s %6s %11s %11s %7s %11s %6s %6s %5s %8s %5s\n", "ranks", "bytes",
+              "mode", "strag", "fast (us)", "alone (us)", "ratio", "slow (us)", "fresh", "stale",
+              "max", "wall (s)", "conns");
   for (int P : ranks) {
     for (uint64_t bytes : sizes) {
       for (const std::string& mode : t.modes) {
@@ -199,10 +199,10 @@ int partial_table(const PartialTable& t, const std::vector<int>& ranks,
         const PartialResult& w = with.value();
         // What a step costs beyond the compute, relative to the run without stragglers.
         const double ratio = a.fast_step_us > 0 ? w.fast_step_us / a.fast_step_us : 0;
-        std::printf("  %6d %10llu %12s %6d %11.1f %11.1f %7.3f %11.1f %6.3f %6.2f %5d %8.2f\n", P,
-                    static_cast<unsigned long long>(bytes), mode.c_str(), run.stragglers,
+        std::printf("  %6d %10llu %12s %6d %11.1f %11.1f %7.3f %11.1f %6.3f %6.2f %5d %8.2f %5u\n",
+                    P, static_cast<unsigned long long>(bytes), mode.c_str(), run.stragglers,
                     w.fast_step_us, a.fast_step_us, ratio, w.slow_step_us, w.fresh_fraction,
-                    w.stale_mean, w.stale_max, a.wall_s + w.wall_s);
+                    w.stale_mean, w.stale_max, a.wall_s + w.wall_s, w.connections);
         std::fflush(stdout);
         char row[640];
         std::snprintf(row, sizeof(row),
@@ -211,12 +211,13 @@ int partial_table(const PartialTable& t, const std::vector<int>& ranks,
                       "\"alone_step_us\": %.3f, \"ratio\": %.4f, \"slow_step_us\": %.3f, "
                       "\"fresh_fraction\": %.4f, \"stale_mean\": %.4f, \"stale_max\": %d, "
                       "\"result_depth\": %u, \"rounds\": %llu, \"messages\": %llu, "
-                      "\"wall_s\": %.3f}",
+                      "\"wall_s\": %.3f, \"connections\": %u}",
                       rows->empty() ? "" : ",\n ", P, static_cast<unsigned long long>(bytes),
                       mode.c_str(), run.stragglers, run.delay_us, run.compute_us, w.fast_step_us,
                       a.fast_step_us, ratio, w.slow_step_us, w.fresh_fraction, w.stale_mean,
                       w.stale_max, run.result_depth, static_cast<unsigned long long>(w.rounds),
-                      static_cast<unsigned long long>(w.network.messages), a.wall_s + w.wall_s);
+                      static_cast<unsigned long long>(w.network.messages), a.wall_s + w.wall_s,
+                      w.connections);
         *rows += row;
       }
     }
@@ -240,8 +241,9 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
                      const std::vector<uint64_t>& sizes, const LogGP& model, std::string* rows) {
   std::printf("# eagercomm-sim: %s on %s (%s)\n", t.coll.c_str(), t.link.c_str(),
               model.describe().c_str());
-  std::printf("# %6s %12s %6s %12s %12s %7s %12s %10s %8s %6s\n", "ranks", "bytes", "algo",
-              "first (us)", "model (us)", "ratio", "mean (us)", "msgs/call", "wall (s)", "wrong");
+  std::printf("# %6s %12s %6s %12s %12s %7s %12s %10s %8s %6s %5s\n", "ranks", "bytes", "algo",
+              "first (us)", "model (us)", "ratio", "mean (us)", "msgs/call", "wall (s)", "wrong",
+              "conns");
   for (int P : ranks) {
     std::map<std::string, std::string> config;
     if (t.algo != "auto") config["EAGERCOMM_ALLREDUCE_ALGO"] = t.algo;
@@ -287,9 +289,10 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
       const CollectiveResult& x = r.value();
       const double ratio = model_us > 0 ? x.first_us / model_us : 0;
       const double msgs = static_cast<double>(x.network.messages) / t.iters;
-      std::printf("  %6d %12llu %6s %12.2f %12.2f %7.3f %12.2f %10.0f %8.2f %6s\n", P,
+      std::printf("  %6d %12llu %6s %12.2f %12.2f %7.3f %12.2f %10.0f %8.2f %6s %5u\n", P,
                   static_cast<unsigned long long>(bytes), used.c_str(), x.first_us, model_us, ratio,
-                  x.time_us, msgs, x.wall_s, x.checked ? std::to_string(x.wrong).c_str() : "-");
+                  x.time_us, msgs, x.wall_s, x.checked ? std::to_string(x.wrong).c_str() : "-",
+                  x.connections);
       if (t.show_calls) {
         std::printf("#   calls end at (us):");
         for (double t : x.call_end_us) std::printf(" %.1f", t);
@@ -310,16 +313,16 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
                     "\"link\": \"%s\", \"first_us\": %.4f, \"mean_us\": %.4f, \"model_us\": %.4f, "
                     "\"ratio\": %.4f, "
                     "\"messages_per_call\": %.1f, \"wall_s\": %.3f, \"checked\": %s, \"wrong\": "
-                    "%llu}",
+                    "%llu, \"connections\": %u}",
                     rows->empty() ? "" : ",\n ", P, static_cast<unsigned long long>(bytes),
                     t.coll.c_str(), used.c_str(), t.link.c_str(), x.first_us, x.time_us, model_us,
                     ratio, msgs, x.wall_s, x.checked ? "true" : "false",
-                    static_cast<unsigned long long>(x.wrong));
+                    static_cast<unsigned long long>(x.wrong), x.connections);
       *rows += row;
       if (x.checked && x.wrong) {
         std::fprintf(stderr, "eagercomm-sim: P=%d, %llu bytes: %llu wrong elements\n", P,
                      static_cast<unsigned long long>(bytes),
-                     static_cast<unsigned long long>(x.wrong));
+                     static_cast<unsigned long long>(x.wrong), x.connections);
         return 1;
       }
     }

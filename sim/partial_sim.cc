@@ -291,6 +291,7 @@ Result<PartialResult> run_partial(SimWorld& world, const PartialRun& run) {
                        unfinished.c_str());
   }
   driver.fill(&out);
+  out.connections = world.most_connections();
   out.network.messages = net.stats().messages - before.messages;
   out.network.bytes = net.stats().bytes - before.bytes;
   out.network.events = net.stats().events - before.events;

@@ -34,6 +34,7 @@ struct PartialResult {
   int stale_max = 0;
   uint64_t rounds = 0;  // rounds rank 0 received
   NetworkStats network;
+  uint32_t connections = 0;  // the most connections a rank holds afterwards
   double wall_s = 0;
 };
 

@@ -1,5 +1,7 @@
 #include "sim/sim_world.h"
 
+#include <algorithm>
+
 #include <thread>
 
 #include "collectives/communicator_impl.h"
@@ -75,6 +77,12 @@ void SimWorld::progress(int rank) {
   for (int pass = 0; pass < 1024 && engine.try_progress() > 0; ++pass) {
   }
   engine.run_exclusive([&] { core.block(std::chrono::nanoseconds::max()); });
+}
+
+uint32_t SimWorld::most_connections() {
+  uint32_t most = 0;
+  for (auto& comm : comms_) most = std::max(most, comm->stats().connected_peers);
+  return most;
 }
 
 }  // namespace eagercomm::sim

@@ -57,6 +57,8 @@ class SimWorld {
   // runs every rank's engine until nothing is left to deliver or return (credits), so that a
   // timed run starts from the same state whatever order the threads ran in.
   void settle();
+  // The most transport connections a rank holds now (CommunicatorStats::connected_peers).
+  uint32_t most_connections();
 
  private:
   SimWorld() = default;

@@ -106,14 +106,39 @@ Status Mailbox::connect_peer(int peer, std::span<const uint8_t> inbox_key) {
   if (peer < 0 || peer >= transport_.size() || peer == transport_.rank()) {
     return make_status(StatusCode::kInvalidArgument, "mailbox: peer %d out of range", peer);
   }
+  return import(peer, inbox_key);
+}
+
+Status Mailbox::know_peer(int peer, std::span<const uint8_t> inbox_key) {
+  if (peer < 0 || peer >= transport_.size() || peer == transport_.rank()) {
+    return make_status(StatusCode::kInvalidArgument, "mailbox: peer %d out of range", peer);
+  }
+  if (inbox_key.empty()) {
+    return make_status(StatusCode::kInvalidArgument, "mailbox: an empty inbox key for rank %d",
+                       peer);
+  }
+  peers_[peer].key.assign(inbox_key.begin(), inbox_key.end());
+  return Status::Ok();
+}
+
+bool Mailbox::take_failure(MailboxEvent* out) {
+  if (failures_.empty()) return false;
+  *out = std::move(failures_.back());
+  failures_.pop_back();
+  return true;
+}
+
+Status Mailbox::import(int peer, std::span<const uint8_t> inbox_key) {
   Peer& p = peers_[peer];
+  if (p.remote) return Status::Ok();
   EC_ASSIGN_OR_RETURN(p.remote, transport_.import_region(peer, inbox_key));
   const size_t need = layout_->inbox_bytes(peer);
-  if (p.remote->size() != need) {
+  if (const size_t has = p.remote->size(); has != need) {
+    p.remote.reset();
     return make_status(StatusCode::kMismatch,
                        "mailbox: rank %d's inbox has %zu bytes, this rank expects %zu (do the "
                        "ranks use the same EAGERCOMM_SLOTS and EAGERCOMM_SLOT_BYTES?)",
-                       peer, p.remote->size(), need);
+                       peer, has, need);
   }
   p.remote_offset = layout_->offset(peer, transport_.rank());
   uint8_t* mapped = direct_ ? static_cast<uint8_t*>(transport_.mapped_address(*p.remote)) : nullptr;
@@ -132,6 +157,36 @@ bool Mailbox::try_acquire(int peer, SendSlot* out) {
   Peer& p = peers_[peer];
   const uint64_t usable = p.free_mask & ~p.writing_mask;
   if (usable == 0) return false;
+  if (!p.remote) [[unlikely]] {
+    if (p.import_failed) return false;
+    Status s = p.key.empty() ? make_status(StatusCode::kInvalidArgument,
+                                           "mailbox: no inbox key of rank %d (not a peer "
+                                           "this rank was given)",
+                                           peer)
+                             : import(peer, p.key);
+    if (!s.ok()) {
+      p.import_failed = true;
+      EC_DEBUG(kNet, "mailbox: connecting to rank %d on first use failed: %s", peer,
+               s.to_string().c_str());
+      // The key was good at bootstrap: an inbox that cannot be imported now belongs to a peer
+      // that left or died since, unless it is of another shape (settings that differ).
+      const bool shape =
+          s.code() == StatusCode::kMismatch || s.code() == StatusCode::kProtocolError;
+      MailboxEvent e;
+      e.kind = MailboxEvent::Kind::kError;
+      e.peer = peer;
+      e.error = s.code() == StatusCode::kPeerFailed
+                    ? s
+                    : make_status(shape ? s.code() : StatusCode::kPeerFailed,
+                                  "mailbox: rank %d cannot be reached (%s): %s", peer,
+                                  transport_.peer_left(peer) ? "it left the job"
+                                                             : "its inbox cannot be imported",
+                                  s.message().c_str());
+      failures_.push_back(std::move(e));
+      return false;
+    }
+    p.key = {};
+  }
   const uint32_t slot = static_cast<uint32_t>(__builtin_ctzll(usable));
   p.free_mask &= ~(uint64_t{1} << slot);
   uint8_t* base =

@@ -99,8 +99,23 @@ class Mailbox {
 
   // Packed remote key of this rank's inbox, to publish for the peers.
   const std::vector<uint8_t>& inbox_key() const;
-  // Imports `peer`'s inbox key (once, at bootstrap).
+  // Imports `peer`'s inbox key now (once, at bootstrap).
   Status connect_peer(int peer, std::span<const uint8_t> inbox_key);
+  // Records `peer`'s inbox key; the inbox is imported when this rank first sends it a message
+  // (try_acquire), so that a rank imports, and its transport connects, only the peers it sends
+  // data to. A failed import makes try_acquire() answer false and is reported once by
+  // take_failure().
+  Status know_peer(int peer, std::span<const uint8_t> inbox_key);
+  // A peer whose inbox could not be imported on first use: kError with the peer and the cause
+  // (kPeerFailed when it is gone). False when there is none.
+  bool take_failure(MailboxEvent* out);
+  // True once importing `peer`'s inbox on first use failed: messages for it cannot go.
+  bool unreachable(int peer) const { return peers_[peer].import_failed; }
+  // Whether this rank has sent `peer` a message or received one from it: a peer that may be
+  // waiting for this rank's messages, or holding its slots.
+  bool talked_to(int peer) const {
+    return peers_[peer].remote != nullptr || peers_[peer].recv_seq != 0;
+  }
 
   // The largest payload of a data peer's slot; payload_capacity(peer) for one peer's (smaller
   // where the layout gives the peer control slots only). A send of more fails.
@@ -155,6 +170,8 @@ class Mailbox {
     size_t slot_bytes = 0;
     size_t inbox_offset = 0;  // its slots in this rank's inbox (and in the staging copy)
     std::unique_ptr<RemoteRegion> remote;
+    std::vector<uint8_t> key;  // know_peer(): imported on first use
+    bool import_failed = false;
     uint8_t* mapped = nullptr;  // our slots in the peer's inbox, when stored to directly
     size_t remote_offset = 0;   // where our slots start in the peer's inbox
     uint64_t free_mask = 0;     // slots we may fill
@@ -175,6 +192,7 @@ class Mailbox {
           std::unique_ptr<MailboxLayout> layout);
   uint8_t* inbox_slot(int sender, uint32_t slot) const;
   uint8_t* staging_slot(int peer, uint32_t slot) const;
+  Status import(int peer, std::span<const uint8_t> inbox_key);
   Status issue(int peer, const Pending& p);
   Status post(int peer, const Pending& p);
   void return_credit(int peer, uint32_t slot);
@@ -195,6 +213,7 @@ class Mailbox {
   std::vector<Peer> peers_;
   std::vector<std::unique_ptr<InMessage>> messages_;  // every message object ever made
   std::vector<InMessage*> free_messages_;
+  std::vector<MailboxEvent> failures_;  // imports on first use that failed, not yet taken
   MailboxStats stats_;
 };
 

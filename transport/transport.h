@@ -8,10 +8,14 @@
 //     (mailboxes, signals); register_memory() registers a user buffer. Both return a region
 //     whose packed remote key a peer imports with import_region() to write into it.
 //   - local_address() / connect(): address blobs are exchanged through the bootstrap store;
-//     connect() never blocks. A peer may drop what arrives before it has called connect() for
-//     the sender (a verbs queue pair not yet ready to receive), so the first write or notify to
-//     a peer waits until that peer has connected too: the bootstrap calls connect() for every
-//     peer on every rank, then waits for every rank in the store before any traffic.
+//     connect() never blocks. A backend that connects on demand (TransportCaps::
+//     connects_on_demand) only records the address there and connects on the first write,
+//     notify or import_region() towards the peer, and takes traffic from peers it has not
+//     connected to itself: a rank of a large job then holds connections to the peers it talks
+//     to, not to all (issue 21). Elsewhere a peer may drop what arrives before it has called
+//     connect() for the sender (a verbs queue pair not yet ready to receive), so the first write
+//     or notify to a peer waits until that peer has connected too: the bootstrap calls connect()
+//     for every peer on every rank, then waits for every rank in the store before any traffic.
 //   - write(): copies bytes from a local region into a peer's region, then delivers a 32-bit
 //     notification tag that the peer sees in its own poll() only after the data is visible in
 //     its memory. Writes and notifications from one rank to one peer are delivered in the order
@@ -110,6 +114,9 @@ struct TransportCaps {
   // buffers would not fit P times over): the values are never looked at, so the collectives
   // skip the reductions and copies of such payloads.
   uint64_t payloads_elided_above = UINT64_MAX;
+  // connect() records the address; the connection is made on first use, from either side
+  // (see the contract above). connected_peers() counts the connections made.
+  bool connects_on_demand = false;
 };
 
 class Transport {
@@ -150,6 +157,9 @@ class Transport {
   // shm): runtime-owned structures may then be shared by loads and stores alone.
   virtual bool maps_allocations() const { return maps_peer_memory(); }
   virtual TransportCaps capabilities() const { return {}; }
+  // Peers this rank holds a connection to now (endpoints, queue pairs, mapped rings): what a
+  // large job pays per rank. Called by the current driver.
+  virtual uint32_t connected_peers() const = 0;
 
   // Fills `out` with up to out.size() completions; returns how many.
   virtual size_t poll(std::span<TransportCompletion> out) = 0;

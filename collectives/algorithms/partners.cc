@@ -10,8 +10,8 @@ namespace eagercomm::detail {
 std::vector<int> data_partners(int rank, int size) {
   std::vector<int> out;
   if (size < 2) return out;
-  // Ring, chain (d = 1); binomial trees from any root, dissemination barrier. (The activation
-  // flood's strides, j 4^i, carry headers only: control slots take them.)
+  // Ring, chain (d = 1); binomial trees from any root, dissemination barrier; the partial
+  // rounds' activation flood (strides 4^i, 2 4^i, -4^i: flood_order.h).
   for (int d = 1; d < size; d *= 2) {
     out.push_back((rank + d) % size);
     out.push_back((rank - d + size) % size);

@@ -201,10 +201,18 @@ Status Bootstrap::connect(Transport& transport, Mailbox& mailbox, SmallBoxes* sm
   if (small) mine.small = small->key();
   mine.inbox = mailbox.inbox_key();
   EC_ASSIGN_OR_RETURN(std::vector<Endpoints> all, exchange(mine));
+  // A transport that connects on demand only records the addresses here, and the mailbox
+  // imports an inbox when it first sends there: a rank connects to the peers it talks to
+  // (issue 21), which the algorithms keep to O(log P).
+  const bool on_demand = transport.capabilities().connects_on_demand;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     EC_RETURN_IF_ERROR(transport.connect(peer, all[peer].address));
-    EC_RETURN_IF_ERROR(mailbox.connect_peer(peer, all[peer].inbox));
+    if (on_demand) {
+      EC_RETURN_IF_ERROR(mailbox.know_peer(peer, all[peer].inbox));
+    } else {
+      EC_RETURN_IF_ERROR(mailbox.connect_peer(peer, all[peer].inbox));
+    }
   }
   // Nobody sends before every rank has connected to every peer: a verbs queue pair drops what
   // arrives before it is ready to receive (RTR), and the sender's retries run out in about half

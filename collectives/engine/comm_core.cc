@@ -33,7 +33,11 @@ CommCore::CommCore(int rank, int size, const Config& config)
       notices_(rank),
       gone_(size),
       watchdog_(rank, size, config_, gone_,
-                [this](int peer, const Status& why) { on_hung(peer, -1, why); }) {}
+                [this](int peer, const Status& why) { on_hung(peer, -1, why); }),
+      partner_(size, 0),
+      left_rank_(size, -1) {
+  for (int peer : watchdog_.watched()) partner_[peer] = 1;
+}
 
 CommCore::~CommCore() {
   destroy();
@@ -261,7 +265,12 @@ void CommCore::start_stream_op(std::shared_ptr<Op> op) {
 
 MailboxStats CommCore::mailbox_stats() const {
   MailboxStats out;
-  engine_->run_exclusive([&] { out = mailbox_->stats(); });
+  engine_->run_exclusive([&] {
+    out = mailbox_->stats();
+    // The transport's connections, not the mailbox's imports: a peer that only sends this rank
+    // messages holds a connection here too (credits, its goodbye).
+    out.connected_peers = transport_->connected_peers();
+  });
   return out;
 }
 

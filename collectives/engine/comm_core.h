@@ -167,6 +167,11 @@ class CommCore final : public ProgressSource {
   // control slot of every pair of ranks (1.8 GB at P = 512 in the simulation; P^2 x 4 KiB,
   // 64 GiB, at P = 4096).
   void send_stream_closed(const MsgHeader& h, std::string_view cause);
+  // This rank's children in the binomial tree rooted at `origin` that relays a notice to every
+  // rank (d + 2^i for every 2^i below the lowest set bit of d, d this rank's distance from the
+  // origin): r + 2^i are data partners, so the relays need no other connections. A child that
+  // is gone is replaced by its own children, so that its subtree still hears.
+  std::vector<int> tree_children(int origin) const;
 
   // ProgressSource.
   int progress() override;
@@ -194,9 +199,23 @@ class CommCore final : public ProgressSource {
   void begin(Op* op);
   void activate(Op* op);
   void handle(const TransportCompletion& c, int* events);
+  void on_mailbox_error(const MailboxEvent& ev);
+  // Hands the mailbox's failed first-use imports to on_mailbox_error(); returns how many.
+  int take_mailbox_failures();
   void dispatch(InMessage* m) { dispatch(m, read_header(*m)); }
   void dispatch(InMessage* m, const MsgHeader& h);
-  void on_peer_exit(int peer, uint32_t low_seq);
+  void on_peer_exit(int peer, uint64_t from);
+  // A leaver's exit that came down the exit tree from `peer` (kLeftRank, then kLeftFrom):
+  // passed on to this rank's children, then taken in.
+  void on_left_notice(int peer, uint32_t control);
+  // Sends rank `leaver`'s exit (from collective `from` on) to this rank's children in the tree
+  // rooted at the leaver: two control words each (no mailbox slot, so that a peer busy
+  // elsewhere, or leaving too, still takes them).
+  void send_exit_tree(int leaver, uint64_t from);
+  // Whether a notice this rank sends every peer goes to `peer` directly: a data partner, or a
+  // peer it has exchanged messages with (which may wait for its messages, or whose exit notice
+  // must follow its last message in the per-pair order). The others hear along the partners.
+  bool tells_directly(int peer) const { return partner_[peer] || mailbox_->talked_to(peer); }
   void on_control(int peer, uint32_t control);
   // `peer` takes part in no collective from sequence `from` on (0: none at all) nor in any
   // stream; operations that need it fail with kPeerFailed and `why`.
@@ -279,6 +298,8 @@ class CommCore final : public ProgressSource {
   std::string abort_reason_;                                    // under abort_mu_
   std::string closed_text_ = "the communicator was destroyed";  // written before closing_
   LivenessWatchdog watchdog_;
+  std::vector<uint8_t> partner_;  // by rank: a data partner (data_partners()) of this rank
+  std::vector<int> left_rank_;    // by sender: the leaver its last kLeftRank named (-1: none)
 
   std::atomic<uint32_t> next_stream_{1};
   std::map<uint32_t, StreamHandler*> streams_;

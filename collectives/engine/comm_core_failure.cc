@@ -46,8 +46,13 @@ void CommCore::fail(Op* op, const Status& status, TellPeers tell, int stopped_pe
     // peers, a peer failure.
     const auto code =
         status.code() == StatusCode::kAborted ? StatusCode::kPeerFailed : status.code();
+    // A plain collective's error reaches every rank along the partners (each rank that stops
+    // it says so to its own): sending it to all would connect every pair (issue 21). Buffer
+    // lenders' users and partial rounds, which do not pass errors on, hear it from here.
+    const bool along_partners = key_stream(op->key()) == 0 && !shares;
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_ || (gone_.gone(peer) && !shares)) continue;
+      if (along_partners && !tells_directly(peer)) continue;
       MsgHeader h;
       h.key = op->key();
       h.sig = op->sig();
@@ -110,8 +115,60 @@ void CommCore::release_lender(int peer, std::optional<OpKey> key) {
   draining_.release(peer, key, [this](Op* op, const Status& status) { complete_op(op, status); });
 }
 
-void CommCore::on_peer_exit(int peer, uint32_t low_seq) {
-  const uint64_t from = widen_seq(low_seq);
+void CommCore::on_left_notice(int peer, uint32_t control) {
+  const uint32_t arg = control_arg(control);
+  if (control_kind(control) == ControlKind::kLeftRank) {
+    left_rank_[peer] = static_cast<int>(arg);
+    return;
+  }
+  const int leaver = left_rank_[peer];
+  left_rank_[peer] = -1;
+  if (leaver < 0 || leaver >= size_ || leaver == rank_) {
+    EC_DEBUG(kColl, "an exit notice from rank %d names no leaver (%d)", peer, leaver);
+    return;
+  }
+  const uint64_t from = widen_seq(arg);
+  // Passed on whether or not this rank knew already: its subtree hears only through it.
+  send_exit_tree(leaver, from);
+  on_peer_exit(leaver, from);
+}
+
+void CommCore::send_exit_tree(int leaver, uint64_t from) {
+  const uint32_t who = control_word(ControlKind::kLeftRank, static_cast<uint64_t>(leaver));
+  const uint32_t when = control_word(ControlKind::kLeftFrom, from);
+  for (int child : tree_children(leaver)) {
+    if (child == rank_) continue;
+    Status s = mailbox_->send_control(child, who);
+    if (s.ok()) s = mailbox_->send_control(child, when);
+    if (!s.ok()) {
+      EC_DEBUG(kColl, "rank %d's exit to rank %d: %s", leaver, child, s.to_string().c_str());
+    }
+  }
+}
+
+std::vector<int> CommCore::tree_children(int origin) const {
+  std::vector<int> out;
+  // (distance from the origin, its lowest set bit) of the ranks whose children are wanted.
+  std::vector<std::pair<int, int>> todo;
+  const int d0 = (rank_ - origin + size_) % size_;
+  todo.emplace_back(d0, d0 == 0 ? size_ : (d0 & -d0));
+  while (!todo.empty()) {
+    const auto [d, below] = todo.back();
+    todo.pop_back();
+    for (int i = 1; i < below && d + i < size_; i *= 2) {
+      const int child = (origin + d + i) % size_;
+      if (gone_.gone(child)) {
+        todo.emplace_back(d + i, i);  // its children: d + i + j for every j < i
+      } else {
+        out.push_back(child);
+      }
+    }
+  }
+  return out;
+}
+
+void CommCore::on_peer_exit(int peer, uint64_t from) {
+  if (gone_.gone(peer)) return;  // heard already (directly and along the tree), or it failed
   EC_INFO(kColl, "rank %d left; collectives from %s on fail", peer, seq_text(from).c_str());
   // The leaver stopped touching this rank's buffers before it said goodbye (same thread, and
   // the notice follows its last write in the per-pair order): mark_gone releases them.
@@ -127,7 +184,11 @@ void CommCore::on_control(int peer, uint32_t control) {
   const uint32_t arg = control_arg(control);
   switch (control_kind(control)) {
     case ControlKind::kPeerExit:
-      on_peer_exit(peer, arg);
+      on_peer_exit(peer, widen_seq(arg));
+      break;
+    case ControlKind::kLeftRank:
+    case ControlKind::kLeftFrom:
+      on_left_notice(peer, control);
       break;
     case ControlKind::kHeartbeat:
       watchdog_.on_heartbeat(peer, widen_seq(arg));
@@ -244,11 +305,15 @@ void CommCore::destroy() {
       for (InMessage* m : messages) mailbox_->release(m);
     }
     stream_unexpected_.clear();
+    // Directly to the peers this rank exchanged messages with (the notice follows its last
+    // message to each in the per-pair order; they may be waiting for one), along the exit tree
+    // to everybody: the others then need no connection to this rank (issue 21).
     for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_) continue;
+      if (peer == rank_ || !mailbox_->talked_to(peer)) continue;
       Status s = mailbox_->send_control(peer, control_word(ControlKind::kPeerExit, lowest));
       if (!s.ok()) EC_DEBUG(kColl, "exit notice to rank %d: %s", peer, s.to_string().c_str());
     }
+    send_exit_tree(rank_, lowest);
     // Peers' queues may be full for a moment, or a connection still being made (verbs over
     // rdma_cm finishes connecting in poll(), and a communicator destroyed right after creation
     // may come here first): give the notices a bounded chance to go out. Without the transport
@@ -273,6 +338,7 @@ size_t CommCore::closing_pass() {
   for (size_t i = 0; i < n; ++i) handle(buf[i], &events);
   mailbox_->flush();
   send_outgoing();
+  take_mailbox_failures();
   return n;
 }
 

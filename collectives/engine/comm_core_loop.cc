@@ -64,6 +64,9 @@ int CommCore::progress() {
     }
     ++i;
   }
+  // Peers that could not be reached on first use (their operations fail here, not at a
+  // timeout).
+  events += take_mailbox_failures();
   // Credits of released messages go out once there is nothing else to do (mailbox.h).
   if (events == 0 && mailbox_->return_due_credits()) ++events;
   return events;
@@ -250,24 +253,37 @@ void CommCore::handle(const TransportCompletion& c, int* events) {
     case MailboxEvent::Kind::kControl:
       on_control(ev.peer, ev.control);
       break;
-    case MailboxEvent::Kind::kError: {
-      // A peer that breaks the protocol can no longer be trusted with any operation. The
-      // mailbox found a protocol error (logged here, the first place that sees it); a lost peer
-      // was logged by the transport with its cause, which the error carries (peer_error).
-      if (ev.error.code() == StatusCode::kPeerFailed) {
-        EC_DEBUG(kNet, "%s", ev.error.message().c_str());
-      } else {
-        EC_ERROR(kNet, "%s", ev.error.message().c_str());
-      }
-      if (ev.peer >= 0 && ev.peer < size_) {
-        mark_gone(ev.peer, 0, ev.error);
-      } else {
-        std::vector<Op*> doomed = active_;
-        for (Op* op : doomed) fail(op, ev.error, TellPeers::kNo);
-      }
+    case MailboxEvent::Kind::kError:
+      on_mailbox_error(ev);
       break;
-    }
   }
+}
+
+void CommCore::on_mailbox_error(const MailboxEvent& ev) {
+  // A peer that breaks the protocol can no longer be trusted with any operation. The mailbox
+  // found a protocol error (logged here, the first place that sees it); a lost peer was logged
+  // by the transport with its cause, which the error carries (peer_error).
+  if (ev.error.code() == StatusCode::kPeerFailed) {
+    EC_DEBUG(kNet, "%s", ev.error.message().c_str());
+  } else {
+    EC_ERROR(kNet, "%s", ev.error.message().c_str());
+  }
+  if (ev.peer >= 0 && ev.peer < size_) {
+    mark_gone(ev.peer, 0, ev.error);
+  } else {
+    std::vector<Op*> doomed = active_;
+    for (Op* op : doomed) fail(op, ev.error, TellPeers::kNo);
+  }
+}
+
+int CommCore::take_mailbox_failures() {
+  int n = 0;
+  MailboxEvent ev;
+  while (mailbox_->take_failure(&ev)) {
+    on_mailbox_error(ev);
+    ++n;
+  }
+  return n;
 }
 
 void CommCore::dispatch(InMessage* m, const MsgHeader& h) {
@@ -418,11 +434,7 @@ void CommCore::send_stream_closed(const MsgHeader& h, std::string_view cause) {
   if (h.step >= static_cast<uint32_t>(size_)) return;  // not relayed; the stream names the sender
   // Relative to the origin, rank d's children are d + 2^i for every 2^i below d's lowest set
   // bit (the origin, d = 0: every 2^i < P); each rank has exactly one parent.
-  const int d = (rank_ - static_cast<int>(h.step) + size_) % size_;
-  const int below = d == 0 ? size_ : (d & -d);
-  for (int i = 1; i < below && d + i < size_; i *= 2) {
-    send_text((rank_ + i) % size_, h, std::string(cause));
-  }
+  for (int child : tree_children(static_cast<int>(h.step))) send_text(child, h, std::string(cause));
 }
 
 void CommCore::send_text(int peer, const MsgHeader& h, std::string text) {

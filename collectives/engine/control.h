@@ -12,6 +12,10 @@ enum class ControlKind : uint32_t {
   kHeartbeat = 2,  // argument: how many collectives the sender has begun
   kEvicted = 3,    // the sender declared the receiver hung; argument: seconds it heard nothing
   kHung = 4,       // a rank watching rank `argument` declared it hung; passed on to partners
+  // Rank `argument` left (destroyed its communicator): a leaver's exit passed down the exit
+  // tree (CommCore::send_exit_tree), always followed by kLeftFrom from the same sender.
+  kLeftRank = 5,
+  kLeftFrom = 6,  // argument: the first collective the leaver named by kLeftRank will not run
 };
 
 inline uint32_t control_word(ControlKind kind, uint64_t arg) {

@@ -18,6 +18,13 @@ int NoticeQueue::send(Mailbox& mailbox, const Transport& transport) {
   for (auto it = queued_.begin(); it != queued_.end();) {
     SendSlot slot;
     if (!mailbox.try_acquire(it->peer, &slot)) {
+      if (mailbox.unreachable(it->peer)) {
+        // Its inbox could not be imported on first use (the engine was told, and marks it gone):
+        // the notice cannot go, and must not hold back destroy().
+        EC_DEBUG(kColl, "no notice to rank %d, which cannot be reached", it->peer);
+        it = queued_.erase(it);
+        continue;
+      }
       ++it;
       continue;
     }

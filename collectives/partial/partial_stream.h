@@ -8,10 +8,10 @@
 // delivers results in round order. Called only by the engine's current driver.
 //
 // Activation travels as a flood: a rank that activates round r for any reason sends an
-// activation to ranks rank + j 4^i (mod P), j = 1, 2, 3, for every such stride below P. Every
+// activation to ranks rank + d 4^i (mod P), d = 1, 2, -1, for every such stride below P. Every
 // activated rank forwards once, so the activated set is closed under those edges and, from any
 // initiator, reaches every rank within ceil(log4 P) hops; several initiators of the same round
-// are harmless (a rank enters a round once). The sends go out in the order of a 4-nomial tree
+// are harmless (a rank enters a round once). The sends go out in the order of a radix-4 tree
 // rooted at whoever set the round off (flood_order.h): the last rank hears after ceil(log4 P)
 // hops of L + 2o and two o each (9.0 us at P = 1024 in the simulation, HDR; the binomial tree of
 // strides 2^k took 14.1 us, in rank order 22.6 us at P = 256). Rounds activate in order on every

@@ -163,6 +163,43 @@ TEST(Collectives, DestroyWhileInFlightFailsEveryoneCleanly) {
   });
 }
 
+// Issue 21: a leaver's exit reaches every rank without connecting it to all of them: directly
+// to the peers it exchanged messages with (none here: nothing ran), down a tree of partners
+// (r + 2^i from the leaver) to the rest. Every rank, idle in its progress thread, learns it.
+TEST(Collectives, ALeaversExitReachesRanksItNeverTalkedTo) {
+  const int P = 16, leaver = 5;
+  auto w = World::make(P, test_config({{"EAGERCOMM_PROGRESS_THREAD", "on"}}));
+  std::vector<uint32_t> gone(P, 0), connections(P, 0);
+  w->run([&](int r, Communicator& c) {
+    if (r == leaver) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      c.destroy();
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (c.stats().peers_gone == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    gone[r] = c.stats().peers_gone;
+    connections[r] = c.stats().connected_peers;
+  });
+  for (int r = 0; r < P; ++r) {
+    if (r == leaver) continue;
+    EXPECT_EQ(gone[r], 1u) << "rank " << r << " never heard that rank " << leaver << " left";
+    // The tree's edges only: a parent and up to log2 P children, never all 15.
+    EXPECT_LE(connections[r], 5u) << "rank " << r;
+  }
+  // The next collective fails at once on every rank, naming the leaver.
+  w->run([&](int r, Communicator& c) {
+    if (r == leaver) return;
+    float x = 1;
+    Status s = c.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(s.code(), StatusCode::kPeerFailed) << s.to_string();
+    EXPECT_NE(s.message().find("rank 5 destroyed its communicator"), std::string::npos)
+        << s.message();
+  });
+}
+
 TEST(Collectives, DestroyWithOwnRequestPendingAbortsIt) {
   auto w = World::make(2, test_config());
   std::vector<float> buf(1000, 1.0f);

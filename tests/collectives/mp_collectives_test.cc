@@ -169,7 +169,8 @@ TEST(MultiProcess, EveryMismatchedPairFailsOnEveryRankAtOnce) {
   run_every_mismatched_pair(*g_comm, std::chrono::seconds(15));
 }
 
-// What a rank holds for its peers (issue 21): a connection to every other rank; mailbox slots
+// What a rank holds for its peers (issue 21): over verbs a connection to every other rank, over
+// the others the connections made so far (on first use: at most every other rank); mailbox slots
 // EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES for the ring neighbours, half as many for the other
 // peers the algorithms send data to, 4 x 1 KiB for the rest; twice that where writes are
 // staged; on shm, which stores into the peers' memory, once.
@@ -190,7 +191,11 @@ void expect_peer_resources(Communicator& c, uint32_t slots, size_t slot_bytes) {
     }
   }
   if (P == 1) inbox = uint64_t{slots} * slot_bytes;  // one area, never written
-  EXPECT_EQ(st.connected_peers, static_cast<uint32_t>(P - 1));
+  if (c.transport_name() == "verbs") {
+    EXPECT_EQ(st.connected_peers, static_cast<uint32_t>(P - 1));
+  } else {
+    EXPECT_LE(st.connected_peers, static_cast<uint32_t>(P - 1));
+  }
   EXPECT_EQ(st.data_peers, static_cast<uint32_t>(partners.size()));
   if (c.transport_name() == "shm" || P == 1) {
     EXPECT_EQ(st.mailbox_bytes, inbox);
@@ -209,6 +214,8 @@ TEST(MultiProcess, StatsCountThePeersConnectionsAndMailboxMemory) {
   expect_peer_resources(*small, 4, 64 << 10);
   EXPECT_LT(small->stats().mailbox_bytes, g_comm->stats().mailbox_bytes);
   EXPECT_TRUE(small->barrier().ok());
+  // The barrier sends to r + 2^k: connected now, to a partner at least (whatever the transport).
+  if (small->size() > 1) EXPECT_GE(small->stats().connected_peers, 1u);
 }
 
 TEST(MultiProcess, SmallAllreduceGoesThroughTheBoxesAndCountsAcrossTheLimitFail) {

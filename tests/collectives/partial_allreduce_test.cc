@@ -15,6 +15,7 @@
 #include <numeric>
 #include <queue>
 
+#include "collectives/algorithms/algorithms.h"
 #include "collectives/kernels/element_value.h"
 #include "collectives/kernels/reduce_kernels.h"
 #include "collectives/partial/adaptive_regime.h"
@@ -553,18 +554,29 @@ TEST(FloodOrder, EveryRankHearsWithinLog4PHopsInsideTheIssuesBound) {
   for (const int P : {1000, 1024, 4096, 5000}) {
     EXPECT_LE(flood_last_hears(P, 1.0, 0.2), std::log2(static_cast<double>(P)) + 1.0) << P;
   }
-  // The root sends every level, highest first; the rank at offset 4 (level 1) sends its
-  // children 5, 6, 7 first, then the rest; at offset 40 of 42, only 41 is a child.
+  // The root sends every level, highest first, digits 1, 2, -1 (at P = 64, -16 is 48); the
+  // rank at offset 4 (level 1) sends its children 5, 6, 3 first, then the rest. At offset 40 of
+  // 42 no stride leads to a child: 41 and 39 are -1 and -3, fewer digits than 40 + 1 and 40 - 1.
   const detail::FloodOrder order(64);
   detail::FloodOrder::Strides s;
   const auto order_at = [&](const detail::FloodOrder& o, int offset) {
     const int n = o.strides(offset, &s);
     return std::vector<int>(s.begin(), s.begin() + n);
   };
-  EXPECT_EQ(order_at(order, 0), (std::vector<int>{16, 32, 48, 4, 8, 12, 1, 2, 3}));
-  EXPECT_EQ(order_at(order, 4), (std::vector<int>{1, 2, 3, 16, 32, 48, 4, 8, 12}));
-  EXPECT_EQ(order_at(order, 5), (std::vector<int>{16, 32, 48, 4, 8, 12, 1, 2, 3}));
-  EXPECT_EQ(order_at(detail::FloodOrder(42), 40), (std::vector<int>{1, 16, 32, 4, 8, 12, 2, 3}));
+  EXPECT_EQ(order_at(order, 0), (std::vector<int>{16, 32, 48, 4, 8, 60, 1, 2, 63}));
+  EXPECT_EQ(order_at(order, 4), (std::vector<int>{1, 2, 63, 16, 32, 48, 4, 8, 60}));
+  EXPECT_EQ(order_at(order, 5), (std::vector<int>{16, 32, 48, 4, 8, 60, 1, 2, 63}));
+  EXPECT_EQ(order_at(detail::FloodOrder(42), 40),
+            (std::vector<int>{16, 32, 26, 4, 8, 38, 1, 2, 41}));
+  // Every stride is a data partner (r +- 2^k): activations connect no other peer (issue 21).
+  for (const int P : {2, 3, 5, 12, 42, 64, 100, 1000, 1024, 4096}) {
+    const detail::FloodOrder o(P);
+    const std::vector<int> partners = detail::data_partners(0, P);
+    for (int stride : order_at(o, 0)) {
+      EXPECT_TRUE(std::binary_search(partners.begin(), partners.end(), stride))
+          << "P=" << P << ": stride " << stride << " is not a data partner of rank 0";
+    }
+  }
 }
 
 // The regime's arithmetic on made-up metadata: 4 ranks, windows of 8 rounds, solo from a

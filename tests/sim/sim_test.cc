@@ -193,6 +193,37 @@ std::vector<std::unique_ptr<Transport>> sim_transports(int P) {
   return t;
 }
 
+// Issue 21: connections are made on first use, so a rank holds connections to the peers its
+// algorithms talk to, not to every rank. The collectives and partial rounds talk to their data
+// partners (r +- 2^k, which the activation flood's strides d 4^i, d = 1, 2, -1, are, and the
+// folded ranks' recursive-doubling partners): the issue's 2 log2 P + 4 at powers of two,
+// 3 log2 P + 4 elsewhere (peer_layout_test). Before, every rank held P - 1.
+TEST(Sim, ConnectionsGrowWithLogPNotP) {
+  for (int P : {64, 100, 256}) {
+    auto w = world_of(P);
+    ASSERT_NE(w, nullptr);
+    // Nothing was sent yet: bootstrap exchanged addresses only.
+    EXPECT_EQ(w->most_connections(), 0u) << "P=" << P;
+    run(*w, "allreduce", 8);
+    run(*w, "allreduce", 1 << 18);
+    run(*w, "broadcast", 4096);
+    run(*w, "barrier", 0);
+    const double lg = std::log2(static_cast<double>(P));
+    const double bound = (P & (P - 1)) == 0 ? 2 * lg + 4 : 3 * lg + 4;
+    const uint32_t collectives = w->most_connections();
+    EXPECT_LE(collectives, bound) << "P=" << P;
+    EXPECT_GE(collectives, static_cast<uint32_t>(lg)) << "P=" << P << ": nothing counted?";
+    partial(*w, "solo", 1);
+    partial(*w, "majority", 1);
+    const uint32_t with_partial = w->most_connections();
+    EXPECT_LE(with_partial, bound) << "P=" << P;
+    std::printf(
+        "P=%d: at most %u connections per rank after collectives (bound %.0f), %u after "
+        "partial rounds; P - 1 = %d\n",
+        P, collectives, bound, with_partial, P - 1);
+  }
+}
+
 TEST(Sim, SimTransportKeepsTheContract) {
   SimNetwork net(2, loggp_preset("ndr").value());
   ASSERT_TRUE(net.install().ok());

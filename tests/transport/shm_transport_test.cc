@@ -584,13 +584,40 @@ TEST(ShmTransport, BadPeersAndAddressesAreClearErrors) {
   Config config = lp.config;
   auto c = create_shm_transport(TransportParams{2, 3, &config, &lp.store, "local"});
   ASSERT_TRUE(c.ok()) << c.status().to_string();
-  expect_error(c.value()->connect(0, a.local_address()), StatusCode::kMismatch, "world size 2");
-  // A peer that is gone: its control segment no longer exists.
+  // connect() records the address; the peer's segment is mapped, and checked, on first use.
+  ASSERT_TRUE(c.value()->connect(0, a.local_address()).ok());
+  EXPECT_EQ(c.value()->connected_peers(), 0u);
+  expect_error(c.value()->notify(0, 1), StatusCode::kMismatch, "world size 2");
+  // A peer that is gone: its control segment no longer exists. Sticky: the next call says the
+  // same without looking again.
   const std::vector<uint8_t> b_address = b.local_address();
   foreign.value().reset();
   region.value().reset();
   lp.t[1].reset();
-  expect_error(c.value()->connect(1, b_address), StatusCode::kPeerFailed, "does not exist");
+  ASSERT_TRUE(c.value()->connect(1, b_address).ok());
+  expect_error(c.value()->notify(1, 1), StatusCode::kPeerFailed, "does not exist");
+  expect_error(c.value()->notify(1, 1), StatusCode::kPeerFailed, "gone before rank 2 connected");
+  EXPECT_EQ(c.value()->connected_peers(), 0u);
+}
+
+// Connections on first use (issue 21): connect() maps nothing, the first notify maps the peer's
+// control segment, and the peer takes notifications from a rank it never connected to itself.
+TEST(ShmTransport, ConnectsOnFirstUseAndTakesTrafficFromUnconnectedPeers) {
+  LocalPair lp(false);
+  Transport& a = *lp.t[0];
+  Transport& b = *lp.t[1];
+  EXPECT_TRUE(a.capabilities().connects_on_demand);
+  ASSERT_TRUE(a.connect(1, b.local_address()).ok());
+  EXPECT_EQ(a.connected_peers(), 0u);
+  ASSERT_TRUE(a.notify(1, 7).ok());
+  EXPECT_EQ(a.connected_peers(), 1u);
+  auto got = poll_all(b);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].peer, 0);
+  EXPECT_EQ(got[0].tag, 7u);
+  EXPECT_EQ(b.connected_peers(), 0u);
+  // b never called connect(0): it cannot answer.
+  expect_error(b.notify(0, 1), StatusCode::kInvalidArgument, "not connected");
 }
 
 // shm's wait() sleeps at most the 100 ms liveness interval (then poll() probes the peers): a

@@ -16,6 +16,7 @@
 #include "transport/cuda_ipc/cuda_ipc_region.h"
 #include "transport/inproc/inproc_key.h"
 #include "transport/local_completions.h"
+#include "transport/peer_contacts.h"
 #include "transport/transport_log.h"
 #include "transport/write_bounds.h"
 
@@ -133,7 +134,10 @@ class InprocRemote final : public RemoteRegion {
 class InprocTransport final : public Transport {
  public:
   InprocTransport(int rank, int size, std::shared_ptr<Fabric> fabric)
-      : Transport(rank, size), fabric_(std::move(fabric)), room_(fabric_->room(rank)) {}
+      : Transport(rank, size),
+        fabric_(std::move(fabric)),
+        room_(fabric_->room(rank)),
+        contacts_(size) {}
   ~InprocTransport() override { close(); }
 
   std::string_view name() const override { return "inproc"; }
@@ -269,14 +273,16 @@ class InprocTransport final : public Transport {
   // True for host regions only (mapped_address() above).
   bool maps_peer_memory() const override { return true; }
   TransportCaps capabilities() const override {
-    return {.ranks_on_one_host = true, .ranks_in_one_process = true};
+    return {.ranks_on_one_host = true, .ranks_in_one_process = true, .connects_on_demand = true};
   }
+  uint32_t connected_peers() const override { return contacts_.count(); }
 
   size_t poll(std::span<TransportCompletion> out) override {
     if (closed_) return 0;
     size_t n = done_.drain(out);
     Note note;
     while (n < out.size() && room_.notes.try_pop(note)) {
+      contacts_.mark(note.peer);
       out[n++] = TransportCompletion{TransportCompletion::Kind::kNotify, note.peer, note.tag, 0};
     }
     return n;
@@ -340,6 +346,7 @@ class InprocTransport final : public Transport {
   Status deliver(int peer, uint32_t tag) {
     Mailroom& r = fabric_->room(peer);
     if (!r.notes.try_push(Note{rank(), tag})) return Status(StatusCode::kBusy, {});
+    contacts_.mark(peer);
     r.event.notify_all();
     return Status::Ok();
   }
@@ -347,6 +354,7 @@ class InprocTransport final : public Transport {
   std::shared_ptr<Fabric> fabric_;
   Mailroom& room_;
   LocalCompletions done_;   // local write completions not yet polled
+  PeerContacts contacts_;   // peers written to or heard from (connected_peers())
   bool cuda_used_ = false;  // this transport holds device memory (so CUDA is initialized)
   bool closed_ = false;
 };

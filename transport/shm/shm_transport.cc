@@ -178,14 +178,37 @@ class ShmTransport final : public Transport {
     EC_RETURN_IF_ERROR(check_segment_name(key, peer, what));
     // This rank's own entry is connected from the start (its ring in its own segment).
     Outbox& out = out_[peer];
-    if (out.connected) {
+    if (!out.address.empty()) {
       if (std::equal(address.begin(), address.end(), out.address.begin(), out.address.end())) {
         return Status::Ok();
       }
       return make_status(StatusCode::kInvalidArgument,
                          "shm: rank %d is already connected with a different address", peer);
     }
-    EC_ASSIGN_OR_RETURN(std::unique_ptr<ShmSegment> segment, ShmSegment::open(key, what.c_str()));
+    // Mapped on first use (open_outbox): a rank maps the control segments of the peers it
+    // talks to, not every rank's.
+    out.address.assign(address.begin(), address.end());
+    return Status::Ok();
+  }
+
+  // Maps `peer`'s control segment and attaches this rank's ring in it. The address was checked
+  // by connect().
+  Status open_outbox(int peer) {
+    Outbox& out = out_[peer];
+    if (out.address.empty()) {
+      return make_status(StatusCode::kInvalidArgument,
+                         "shm: rank %d is not connected (connect() it first)", peer);
+    }
+    const std::string what = "address of rank " + std::to_string(peer);
+    EC_ASSIGN_OR_RETURN(ShmKey key, ShmKey::unpack(out.address, what.c_str()));
+    Result<std::unique_ptr<ShmSegment>> opened = ShmSegment::open(key, what.c_str());
+    if (!opened.ok()) {
+      // It existed when the peer published its address: the peer has left or died since.
+      return make_status(StatusCode::kPeerFailed,
+                         "shm: rank %d is gone before rank %d connected (%s)", peer, rank(),
+                         opened.status().message().c_str());
+    }
+    std::unique_ptr<ShmSegment> segment = std::move(opened.value());
     // Copied once: the peer could change these words later, the copies cannot change.
     uint32_t world = 0;
     uint32_t capacity = 0;
@@ -221,8 +244,8 @@ class ShmTransport final : public Transport {
     out.block = block;
     out.event = &block->event;
     out.segment = std::move(segment);
-    out.address.assign(address.begin(), address.end());
     out.connected = true;
+    ++connected_peers_;
     EC_DEBUG(kNet, "shm: connected to rank %d (%s)", peer, key.name.c_str());
     return Status::Ok();
   }
@@ -277,7 +300,10 @@ class ShmTransport final : public Transport {
   }
 
   bool maps_allocations() const override { return true; }
-  TransportCaps capabilities() const override { return {.ranks_on_one_host = true}; }
+  TransportCaps capabilities() const override {
+    return {.ranks_on_one_host = true, .connects_on_demand = true};
+  }
+  uint32_t connected_peers() const override { return connected_peers_; }
 
   size_t poll(std::span<TransportCompletion> out) override {
     if (closed_) return 0;
@@ -352,7 +378,7 @@ class ShmTransport final : public Transport {
   void wake_peer(int peer) override {
     if (peer < 0 || peer >= size() || peer == rank()) return;
     Outbox& out = out_[peer];
-    if (!out.connected || out.block == nullptr) return;
+    if (!out.connected && (!out.failed.ok() || !open_outbox(peer).ok())) return;
     // Always stored (release), never skipped when already set: the peer's exchange of this
     // store is what makes the caller's earlier stores visible to it.
     out.block->woken.store(1, std::memory_order_release);
@@ -453,11 +479,14 @@ class ShmTransport final : public Transport {
   Status check_room(int peer) {
     if (closed_) return Status(StatusCode::kAborted, "shm: this transport was closed");
     Outbox& out = out_[peer];
-    if (!out.connected) {
-      return make_status(StatusCode::kInvalidArgument,
-                         "shm: rank %d is not connected (connect() it first)", peer);
-    }
     if (!out.failed.ok()) return out.failed;
+    if (!out.connected) {
+      if (Status opened = open_outbox(peer); !opened.ok()) {
+        // Sticky: a peer whose segment or beacon is gone does not come back.
+        if (opened.code() == StatusCode::kPeerFailed) out.failed = opened;
+        return opened;
+      }
+    }
     switch (out.ring.room()) {
       case notify_ring::Room::kOk:
         return Status::Ok();
@@ -527,6 +556,7 @@ class ShmTransport final : public Transport {
   int poll_start_ = 0;
   LivenessBeacon beacon_;  // held while this rank lives (peer_liveness.h)
   bool closed_ = false;
+  uint32_t connected_peers_ = 0;         // outboxes opened (open_outbox)
   std::atomic<unsigned> idle_polls_{0};  // also bumped by wait() on any thread
   std::chrono::steady_clock::time_point next_probe_{};
   // Imported segments by (name, check value), shared by every import of one segment. Import is

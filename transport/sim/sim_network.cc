@@ -101,6 +101,12 @@ void SimNetwork::drop_region(int rank, uint32_t id) {
   if (id < ranks_[rank].regions.size()) ranks_[rank].regions[id] = Region{};
 }
 
+bool SimNetwork::left(int rank) const {
+  std::unique_lock<std::mutex> setup;
+  if (!timed_) setup = std::unique_lock(setup_mu_);
+  return rank >= 0 && rank < size() && ranks_[rank].closed && !ranks_[rank].dead;
+}
+
 Status SimNetwork::write(int src, int dst, const uint8_t* from, uint8_t* to, size_t bytes,
                          uint32_t tag, uint64_t cookie, bool signal_done) {
   std::unique_lock<std::mutex> setup;

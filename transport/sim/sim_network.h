@@ -136,6 +136,8 @@ class SimNetwork final : public VirtualClock {
   // to it fail from then on (before that they are accepted and lost, and never complete).
   void kill(int rank, int64_t detect_ns);
   bool dead(int rank) const { return ranks_[rank].dead; }
+  // `rank` closed its transport (left the job) and did not die.
+  bool left(int rank) const;
   // Why a rank lost `peer`: kPeerFailed naming when it died (for SimTransport::peer_error).
   Status peer_error(int peer) const;
   // Deliveries and local completions scheduled and not handled yet (wake-ups not counted).

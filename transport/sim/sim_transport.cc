@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "transport/peer_contacts.h"
 #include "transport/sim/sim_network.h"
 #include "transport/write_bounds.h"
 
@@ -47,7 +48,8 @@ class SimRemote final : public RemoteRegion {
 
 class SimTransport final : public Transport {
  public:
-  SimTransport(SimNetwork& net, int rank, int size) : Transport(rank, size), net_(net) {}
+  SimTransport(SimNetwork& net, int rank, int size)
+      : Transport(rank, size), net_(net), contacts_(size) {}
   ~SimTransport() override { close(); }
 
   std::string_view name() const override { return "sim"; }
@@ -106,6 +108,7 @@ class SimTransport final : public Transport {
     if (!l || !r) return Status(StatusCode::kInvalidArgument, "sim: a region of another backend");
     EC_RETURN_IF_ERROR(
         check_write_bounds("sim", local, local_offset, remote, remote_offset, bytes));
+    contacts_.mark(r->peer());
     return net_.write(rank(), r->peer(), static_cast<const uint8_t*>(l->data()) + local_offset,
                       r->data() + remote_offset, bytes, tag, cookie, true);
   }
@@ -114,6 +117,7 @@ class SimTransport final : public Transport {
     if (peer < 0 || peer >= size() || peer == rank()) {
       return make_status(StatusCode::kInvalidArgument, "sim: notify to rank %d", peer);
     }
+    contacts_.mark(peer);
     return net_.write(rank(), peer, nullptr, nullptr, 0, tag, 0, false);
   }
 
@@ -121,17 +125,26 @@ class SimTransport final : public Transport {
     TransportCaps caps;
     caps.ranks_in_one_process = true;  // no rank stops alone: no heartbeats
     caps.payloads_elided_above = net_.elide_bytes();
+    caps.connects_on_demand = true;
     return caps;
   }
+  uint32_t connected_peers() const override { return contacts_.count(); }
 
   void took_in(size_t bytes) override { net_.took_in(rank(), bytes); }
 
-  size_t poll(std::span<TransportCompletion> out) override { return net_.poll(rank(), out); }
+  size_t poll(std::span<TransportCompletion> out) override {
+    const size_t n = net_.poll(rank(), out);
+    for (size_t i = 0; i < n; ++i) {
+      if (out[i].kind == TransportCompletion::Kind::kNotify) contacts_.mark(out[i].peer);
+    }
+    return n;
+  }
 
   void wait(std::chrono::nanoseconds timeout) override { net_.wait(rank(), timeout); }
   void wake() override { net_.wake(rank()); }
 
   Status peer_error(int peer) const override { return net_.peer_error(peer); }
+  bool peer_left(int peer) const override { return net_.left(peer); }
 
   void close() override {
     if (!closed_) net_.close(rank());
@@ -140,6 +153,7 @@ class SimTransport final : public Transport {
 
  private:
   SimNetwork& net_;
+  PeerContacts contacts_;
   bool closed_ = false;
 };
 

@@ -32,13 +32,22 @@ void UcxTransport::close() {
     if (ucp_worker_progress(worker) == 0) sched_yield();
   };
 
+  // Every peer this rank connected to, and every peer that connected to it (its kHello came):
+  // those may write into this rank's memory. A hello that arrives while this runs is answered
+  // with the goodbye, as a peer that connected earlier is.
   std::vector<int> told;
-  for (Peer& p : peers_) {
-    if (!p.ep || p.failed || p.bye_received) continue;
-    Status s;
-    while ((s = send_control(p.rank, kBye)).code() == StatusCode::kBusy && !expired()) progress();
-    if (s.ok()) told.push_back(p.rank);
-  }
+  auto tell_new = [&] {
+    for (Peer& p : peers_) {
+      if (p.told || p.failed || p.bye_received || (!p.ep && !p.knows_us)) continue;
+      p.told = true;
+      if (!p.ep && !open_ep(p.rank).ok()) continue;
+      Status s;
+      while ((s = send_control(p.rank, kBye)).code() == StatusCode::kBusy && !expired()) {
+        progress();
+      }
+      if (s.ok()) told.push_back(p.rank);
+    }
+  };
   auto all_answered = [&] {
     for (int r : told) {
       const Peer& p = peers_[r];
@@ -46,7 +55,12 @@ void UcxTransport::close() {
     }
     return true;
   };
-  while (!all_answered() && !expired()) progress();
+  (void)ucp_worker_progress(worker);  // hellos that are here already
+  tell_new();
+  while (!all_answered() && !expired()) {
+    progress();
+    tell_new();
+  }
   size_t silent = 0;
   for (int r : told) silent += !peers_[r].answered && !peers_[r].bye_received && !peers_[r].failed;
 

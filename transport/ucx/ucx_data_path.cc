@@ -162,6 +162,7 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
   EC_RETURN_IF_ERROR(check_write_bounds("ucx", local, local_offset, remote, remote_offset, bytes));
   const int peer = remote.peer();  // in range: import_region() checked it
   Peer& p = peers_[peer];
+  if (!p.hello_acked) EC_RETURN_IF_ERROR(ready_to_send(peer));
   if (closed_ || !p.ep || p.bye_received || p.failed) return check_sendable(peer, "write");
   if (p.ring.attached()) {
     // The peer's memory is mapped here: stores, then the ring. Memory that is not mapped is
@@ -245,6 +246,8 @@ Status UcxTransport::write(const MemoryRegion& local, size_t local_offset,
 }
 
 Status UcxTransport::notify(int peer, uint32_t tag) {
+  EC_RETURN_IF_ERROR(check_peer(peer, "notify"));
+  if (!peers_[peer].hello_acked) EC_RETURN_IF_ERROR(ready_to_send(peer));
   EC_RETURN_IF_ERROR(check_sendable(peer, "notify"));
   if (peers_[peer].ring.attached()) return ring_notify(peer, tag);
   Op* op = take_op(peer);
@@ -391,9 +394,25 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
       probe_peers();
     }
   }
+  send_due_controls();
+  // Pairs with the sender's release fence in notify(): data stored through mapped memory
+  // before a notification is visible once the notification is.
+  fence(std::memory_order_acquire);
+  const size_t n = done_.drain(out);
+  return n + drain_rings(out.subspan(n));
+}
+
+void UcxTransport::send_due_controls() {
   if (any_wake_due_) {
     any_wake_due_ = false;
     for (Peer& p : peers_) {
+      if (p.hello_due) {
+        if (send_control(p.rank, kHello).code() == StatusCode::kBusy) {
+          any_wake_due_ = true;
+        } else {
+          p.hello_due = false;
+        }
+      }
       if (!p.wake_due) continue;
       if (send_control(p.rank, kWake).code() == StatusCode::kBusy) {
         any_wake_due_ = true;
@@ -402,18 +421,23 @@ size_t UcxTransport::poll(std::span<TransportCompletion> out) {
       }
     }
   }
-  // Answer goodbyes here, not in the AM handler (no sends from inside progress).
+  // Answer hellos and goodbyes here, not in the AM handler (no sends from inside progress). A
+  // peer that connected to this rank is answered over an endpoint made for it (the pair's
+  // connection, which this rank's own sends to it use too).
+  while (!hello_acks_due_.empty()) {
+    const int peer = hello_acks_due_.back();
+    const Peer& p = peers_[peer];
+    if (!p.ep && !p.failed) (void)open_ep(peer);
+    if (p.ep && !p.ep_failed && send_control(peer, kHelloAck).code() == StatusCode::kBusy) break;
+    hello_acks_due_.pop_back();
+  }
   while (!acks_due_.empty()) {
     const int peer = acks_due_.back();
     const Peer& p = peers_[peer];
+    if (!p.ep && !p.failed) (void)open_ep(peer);
     if (p.ep && !p.ep_failed && send_control(peer, kByeAck).code() == StatusCode::kBusy) break;
     acks_due_.pop_back();
   }
-  // Pairs with the sender's release fence in notify(): data stored through mapped memory
-  // before a notification is visible once the notification is.
-  fence(std::memory_order_acquire);
-  const size_t n = done_.drain(out);
-  return n + drain_rings(out.subspan(n));
 }
 
 }  // namespace eagercomm::ucx

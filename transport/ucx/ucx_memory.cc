@@ -87,11 +87,8 @@ Result<std::unique_ptr<MemoryRegion>> UcxTransport::register_memory(void* data, 
 Result<std::unique_ptr<RemoteRegion>> UcxTransport::import_region(int peer,
                                                                   std::span<const uint8_t> key) {
   EC_RETURN_IF_ERROR(check_peer(peer, "import_region"));
+  EC_RETURN_IF_ERROR(open_ep(peer));
   const Peer& p = peers_[peer];
-  if (!p.ep) {
-    return make_status(StatusCode::kInvalidArgument,
-                       "ucx: import_region: rank %d is not connected (connect() it first)", peer);
-  }
   EC_ASSIGN_OR_RETURN(const UcxKey decoded, ucx_decode_key(key, peer, p.instance));
   const UcxKeyHeader& h = decoded.header;
   EC_RETURN_IF_ERROR(memory_type_of(static_cast<MemoryKind>(h.kind), core_->cuda_memory).status());

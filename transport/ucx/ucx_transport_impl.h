@@ -32,7 +32,11 @@ constexpr unsigned kControlAmId = 18;  // NoteHeader with a Control kind in `tag
 // that is not closing answers kByeAck from its next poll(); one that is closing sent its own
 // kBye, which serves as the answer.
 // kWake: a peer pushed into our notification ring while we slept (see wait()).
-enum Control : uint32_t { kBye = 1, kByeAck = 2, kWake = 3 };
+// Connections are made on first use (issue 21): the rank that makes an endpoint sends kHello,
+// and writes and notifications to that peer wait (kBusy) until it answered kHelloAck. So a peer
+// knows every rank that may write into its memory before anything lands there, and its close
+// handshake tells them all; a closing rank answers a hello with its kBye.
+enum Control : uint32_t { kBye = 1, kByeAck = 2, kWake = 3, kHello = 4, kHelloAck = 5 };
 
 // The notification region (UCP_MEM_MAP_ALLOCATE memory of the receiver): a ring block
 // (transport/notify_ring/ring_block.h) whose header is this, then one ring per sender. Peers
@@ -124,6 +128,8 @@ class UcxTransport final : public Transport {
   void wait(std::chrono::nanoseconds timeout) override;
   void wake() override;
   bool peer_left(int peer) const override;
+  TransportCaps capabilities() const override;
+  uint32_t connected_peers() const override { return connected_peers_; }
   Status peer_error(int peer) const override;
 
  private:
@@ -146,6 +152,10 @@ class UcxTransport final : public Transport {
     notify_ring::Producer ring;
     notify_ring::Sleepers* sleepers = nullptr;  // in the peer's NotifyBlock
     bool wake_due = false;                      // a kWake that met back-pressure
+    bool hello_due = false;    // our endpoint is new: kHello still to send (back-pressure)
+    bool hello_acked = false;  // the peer answered our kHello: writes may go
+    bool knows_us = false;     // the peer made an endpoint to us (its kHello came)
+    bool told = false;         // during our close: kBye went to it
   };
   // A write or notification whose UCX requests are not all complete. The AM header lives here
   // because UCP reads it until the send completes.
@@ -165,6 +175,13 @@ class UcxTransport final : public Transport {
 
   Status check_peer(int peer, const char* what) const;
   Status send_control(int peer, Control kind);
+  // Makes the endpoint to `peer` from the address connect() recorded, once (first use), and
+  // says hello.
+  Status open_ep(int peer);
+  // open_ep(), then Ok once the peer answered the hello, kBusy before (writes wait for it).
+  Status ready_to_send(int peer);
+  // Sends the hellos, hello answers and wake-ups that met back-pressure; from poll().
+  void send_due_controls();
   Status check_sendable(int peer, const char* what) const;
   Result<std::unique_ptr<MemoryRegion>> make_region(ucp_mem_h memh, void* data, size_t bytes,
                                                     MemoryKind kind);
@@ -208,11 +225,13 @@ class UcxTransport final : public Transport {
   // the last look at the clock.
   std::atomic<bool> watching_{false};
   std::atomic<unsigned> idle_polls_{0};
-  bool shared_memory_ = true;  // the context has shared-memory transports
-  bool closing_ = false;       // close() began: no goodbye answers, losses are expected
-  bool closed_ = false;        // close() ended: nothing is sent or polled any more
-  std::vector<Peer> peers_;    // never resized: endpoints' error callbacks point into it
-  std::vector<int> acks_due_;  // peers whose kBye this rank answers from the next poll()
+  bool shared_memory_ = true;        // the context has shared-memory transports
+  bool closing_ = false;             // close() began: no goodbye answers, losses are expected
+  bool closed_ = false;              // close() ended: nothing is sent or polled any more
+  std::vector<Peer> peers_;          // never resized: endpoints' error callbacks point into it
+  std::vector<int> acks_due_;        // peers whose kBye this rank answers from the next poll()
+  std::vector<int> hello_acks_due_;  // peers whose kHello this rank answers from the next poll()
+  uint32_t connected_peers_ = 0;     // endpoints made (open_ep)
 
   // Driver-only state (the engine serializes drivers; UCP runs our callbacks inside the
   // driver's ucp_worker_progress).

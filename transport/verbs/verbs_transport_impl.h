@@ -77,6 +77,15 @@ class VerbsTransport final : public Transport {
   void close() override;
   // A peer that disconnected after connecting (its close(), over the cm path; a dead peer fails
   // instead).
+  // Every peer is connected at creation (connects_on_demand stays false): an RC queue pair needs
+  // both sides, and neither the cm path's fixed active side nor the store path can open one on
+  // demand yet (docs/ARCHITECTURE.md, "Slots per peer").
+  uint32_t connected_peers() const override {
+    uint32_t n = 0;
+    for (const Peer& p : peers_)
+      n += p.qp != nullptr;  // a queue pair held for it, connected or not
+    return n;
+  }
   bool peer_left(int peer) const override {
     return peer >= 0 && peer < size() && peers_[peer].left && !peers_[peer].failed;
   }
