@@ -109,6 +109,7 @@ class Mailbox {
   // A peer whose inbox could not be imported on first use: kError with the peer and the cause
   // (kPeerFailed when it is gone). False when there is none.
   bool take_failure(MailboxEvent* out);
+  bool has_failures() const { return !failures_.empty(); }
   // True once importing `peer`'s inbox on first use failed: messages for it cannot go.
   bool unreachable(int peer) const { return peers_[peer].import_failed; }
   // Whether this rank has sent `peer` a message or received one from it: a peer that may be

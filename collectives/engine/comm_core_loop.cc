@@ -277,6 +277,7 @@ void CommCore::on_mailbox_error(const MailboxEvent& ev) {
 }
 
 int CommCore::take_mailbox_failures() {
+  if (!mailbox_->has_failures()) return 0;  // every progress pass asks: no event built for it
   int n = 0;
   MailboxEvent ev;
   while (mailbox_->take_failure(&ev)) {
