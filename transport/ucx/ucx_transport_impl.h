@@ -34,8 +34,9 @@ constexpr unsigned kControlAmId = 18;  // NoteHeader with a Control kind in `tag
 // kWake: a peer pushed into our notification ring while we slept (see wait()).
 // Connections are made on first use (issue 21): the rank that makes an endpoint sends kHello,
 // and writes and notifications to that peer wait (kBusy) until it answered kHelloAck. So a peer
-// knows every rank that may write into its memory before anything lands there, and its close
-// handshake tells them all; a closing rank answers a hello with its kBye.
+// knows every rank that may put into its memory before any put or notification lands there
+// (stores through a mapping of its memory on one host land in memory that stays mapped), and its
+// close handshake tells them all; a closing rank answers a hello with its kBye.
 enum Control : uint32_t { kBye = 1, kByeAck = 2, kWake = 3, kHello = 4, kHelloAck = 5 };
 
 // The notification region (UCP_MEM_MAP_ALLOCATE memory of the receiver): a ring block
