@@ -322,7 +322,7 @@ int collective_table(const CollectiveTable& t, const std::vector<int>& ranks,
       if (x.checked && x.wrong) {
         std::fprintf(stderr, "eagercomm-sim: P=%d, %llu bytes: %llu wrong elements\n", P,
                      static_cast<unsigned long long>(bytes),
-                     static_cast<unsigned long long>(x.wrong), x.connections);
+                     static_cast<unsigned long long>(x.wrong));
         return 1;
       }
     }
