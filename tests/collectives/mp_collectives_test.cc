@@ -215,7 +215,9 @@ TEST(MultiProcess, StatsCountThePeersConnectionsAndMailboxMemory) {
   EXPECT_LT(small->stats().mailbox_bytes, g_comm->stats().mailbox_bytes);
   EXPECT_TRUE(small->barrier().ok());
   // The barrier sends to r + 2^k: connected now, to a partner at least (whatever the transport).
-  if (small->size() > 1) EXPECT_GE(small->stats().connected_peers, 1u);
+  if (small->size() > 1) {
+    EXPECT_GE(small->stats().connected_peers, 1u);
+  }
 }
 
 TEST(MultiProcess, SmallAllreduceGoesThroughTheBoxesAndCountsAcrossTheLimitFail) {
