@@ -424,19 +424,17 @@ void UcxTransport::send_due_controls() {
   // Answer hellos and goodbyes here, not in the AM handler (no sends from inside progress). A
   // peer that connected to this rank is answered over an endpoint made for it (the pair's
   // connection, which this rank's own sends to it use too).
-  while (!hello_acks_due_.empty()) {
-    const int peer = hello_acks_due_.back();
+  answer_due(hello_acks_due_, kHelloAck);
+  answer_due(acks_due_, kByeAck);
+}
+
+void UcxTransport::answer_due(std::vector<int>& due, Control answer) {
+  while (!due.empty()) {
+    const int peer = due.back();
     const Peer& p = peers_[peer];
     if (!p.ep && !p.failed) (void)open_ep(peer);
-    if (p.ep && !p.ep_failed && send_control(peer, kHelloAck).code() == StatusCode::kBusy) break;
-    hello_acks_due_.pop_back();
-  }
-  while (!acks_due_.empty()) {
-    const int peer = acks_due_.back();
-    const Peer& p = peers_[peer];
-    if (!p.ep && !p.failed) (void)open_ep(peer);
-    if (p.ep && !p.ep_failed && send_control(peer, kByeAck).code() == StatusCode::kBusy) break;
-    acks_due_.pop_back();
+    if (p.ep && !p.ep_failed && send_control(peer, answer).code() == StatusCode::kBusy) break;
+    due.pop_back();
   }
 }
 

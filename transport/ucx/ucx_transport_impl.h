@@ -183,6 +183,9 @@ class UcxTransport final : public Transport {
   Status ready_to_send(int peer);
   // Sends the hellos, hello answers and wake-ups that met back-pressure; from poll().
   void send_due_controls();
+  // Sends `answer` to the peers in `due` (last first), over an endpoint made for them if need
+  // be; stops at back-pressure, leaving the rest for the next poll().
+  void answer_due(std::vector<int>& due, Control answer);
   Status check_sendable(int peer, const char* what) const;
   Result<std::unique_ptr<MemoryRegion>> make_region(ucp_mem_h memh, void* data, size_t bytes,
                                                     MemoryKind kind);
