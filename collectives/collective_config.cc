@@ -64,10 +64,10 @@ constexpr ConfigRow kCollectiveRows[] = {
      .kind = ConfigKind::kDuration,
      .default_text = "50ms",
      .max = 3600 * kNsPerSecond,
-     .doc = "how long a collective waits before it sends its signature to every peer, so that "
-            "mismatched calls that exchange no message still fail naming both (P - 1 small "
-            "messages per waiting call, once); raise it where many ranks share few cores, 0 "
-            "never probes (such a mismatch then waits for EAGERCOMM_TIMEOUT)",
+     .doc = "how long a collective waits before it sends its signature to its data partners "
+            "(r +- 2^k), so that mismatched calls that exchange no message still fail naming "
+            "both (2 log2 P small messages per waiting call, once); raise it where many ranks "
+            "share few cores, 0 never probes (such a mismatch then waits for EAGERCOMM_TIMEOUT)",
      .field = config_field<&CollectiveConfig::probe_after>()},
     {.name = "EAGERCOMM_STRAGGLER_REPORT",
      .kind = ConfigKind::kInt,

@@ -34,14 +34,16 @@ void usage() {
 // figures come from the layout communicators use (the rank that holds the most).
 void print_resources_per_rank(const eagercomm::Config& config) {
   std::printf(
-      "#\n# resources per rank with this configuration (connections: verbs connects every pair at\n"
-      "# creation; shm and ucx on first use, the data peers for the collectives and partial\n"
-      "# rounds; mailbox: EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES for the ring neighbours, half\n"
+      "#\n# resources per rank with this configuration (connections: shm, ucx and verbs over\n"
+      "# rdma_cm connect on first use, the data peers for the collectives and partial rounds;\n"
+      "# verbs over the store path (EAGERCOMM_IB_CONNECT=store, or no IP on the device) every\n"
+      "# pair at creation; mailbox: EAGERCOMM_SLOTS x EAGERCOMM_SLOT_BYTES for the ring "
+      "neighbours, half\n"
       "# the slots for the other data peers (those the algorithms send data to), 4 x 1 KiB for\n"
       "# every other rank; twice that where the transport cannot store into the peers' memory:\n"
       "# ucx between hosts, verbs; ranks of one process, inproc, keep full slots for all)\n"
       "#   %6s %12s %11s %14s %14s\n",
-      "ranks", "verbs conns", "data peers", "mailbox MiB", "staged MiB");
+      "ranks", "store conns", "data peers", "mailbox MiB", "staged MiB");
   for (int ranks : {2, 8, 64, 1000, 1024, 4096}) {
     uint64_t most = 0;
     size_t data_peers = 0;

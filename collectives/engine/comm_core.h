@@ -172,6 +172,11 @@ class CommCore final : public ProgressSource {
   // origin): r + 2^i are data partners, so the relays need no other connections. A child that
   // is gone is replaced by its own children, so that its subtree still hears.
   std::vector<int> tree_children(int origin) const;
+  // The next hop of a message relayed to `target` (a quorum's arrival at its coordinator): the
+  // target itself when it is a data partner, else this rank's parent in the binomial tree rooted
+  // at the target (d - 2^i, i the lowest set bit of d, d this rank's distance from it), a data
+  // partner one step nearer. Relays thus connect only partners (issue 21).
+  int toward(int target) const;
 
   // ProgressSource.
   int progress() override;

@@ -167,6 +167,12 @@ std::vector<int> CommCore::tree_children(int origin) const {
   return out;
 }
 
+int CommCore::toward(int target) const {
+  if (target == rank_ || partner_[target]) return target;
+  const int d = (rank_ - target + size_) % size_;
+  return (target + (d - (d & -d))) % size_;
+}
+
 void CommCore::on_peer_exit(int peer, uint64_t from) {
   if (gone_.gone(peer)) return;  // heard already (directly and along the tree), or it failed
   EC_INFO(kColl, "rank %d left; collectives from %s on fail", peer, seq_text(from).c_str());

@@ -77,10 +77,14 @@ int CommCore::progress() {
 // without any message crossing: a small allreduce waits in the boxes and sends nothing, a
 // broadcast's non-root waits for its parent, recursive doubling's first step waits for a
 // partner that runs a broadcast. So a plain collective that has waited EAGERCOMM_PROBE_AFTER (only
-// while its driver idles: no clock is read on the fast path) sends its signature to every peer,
-// once; a peer running the same call with another signature fails it there and tells everyone, and
-// a peer that has not begun it compares when it does. A call that merely waits for a slow peer pays
-// P-1 small messages, once.
+// while its driver idles: no clock is read on the fast path) sends its signature to its data
+// partners (r +- 2^k), once; a peer running the same call with another signature fails it there
+// and tells the others, and a peer that has not begun it compares when it does. Every edge of
+// every algorithm (recursive doubling, the ring, binomial trees from any root, the chain) joins
+// data partners, so the peer a call waits on is always probed, and a peer that waits in turn
+// probes its own: along the chain of waits the mismatched rank is reached. A call that merely
+// waits for a slow peer pays 2 log2 P small messages, once, and connects no other peer (issue
+// 21: probing everybody connected every rank of a job with a straggler to every other).
 std::chrono::nanoseconds CommCore::send_due_probes() {
   auto next = std::chrono::nanoseconds::max();
   const std::chrono::nanoseconds probe_after = config_.probe_after;
@@ -101,7 +105,7 @@ std::chrono::nanoseconds CommCore::send_due_probes() {
     // peers are probed on a later pass.
     for (; op->probe_next < size_; ++op->probe_next) {
       const int peer = op->probe_next;
-      if (peer == rank_ || gone_.gone(peer)) continue;
+      if (peer == rank_ || !partner_[peer] || gone_.gone(peer)) continue;
       if (mailbox_->credits(peer) <= mailbox_->slots(peer) / 2) break;
       MsgHeader h;
       h.key = op->key();

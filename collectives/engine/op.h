@@ -60,14 +60,16 @@ inline uint32_t key_stream(OpKey key) { return static_cast<uint32_t>(key >> 48);
 inline uint64_t key_seq(OpKey key) { return key & 0xffffffffffffull; }
 
 enum class MsgKind : uint32_t {
-  kData = 1,      // algorithm data
-  kAck = 2,       // broadcast: the sender's subtree checked the signature
-  kConfirm = 3,   // broadcast: every rank checked it
-  kOpError = 4,   // the sender failed this operation; payload: the reason (text)
-  kActivate = 6,  // partial allreduce: round `a` is active (flooded from rank `step`)
-  kArrive = 7,    // partial allreduce: the sender posted fresh for round `a` (to its coordinator)
+  kData = 1,          // algorithm data
+  kAck = 2,           // broadcast: the sender's subtree checked the signature
+  kConfirm = 3,       // broadcast: every rank checked it
+  kOpError = 4,       // the sender failed this operation; payload: the reason (text)
+  kActivate = 6,      // partial allreduce: round `a` is active (flooded from rank `step`)
+  kArrive = 7,        // partial allreduce: rank `step` posted fresh for round `a` (relayed to its
+                      // coordinator along data partners)
   kStreamClosed = 8,  // partial allreduce: rank `step` will not finish rounds from `a` on
-  kFlushing = 9,      // partial allreduce: the sender is in flush number `a` and posts no more
+  kFlushing = 9,      // partial allreduce: rank `step` is in flush number `a` and posts no more
+                      // (down the tree rooted at it)
   kProbe = 10,        // the sender has waited in this collective: compare signatures (comm_core.cc)
 };
 

@@ -90,17 +90,33 @@ void PartialStream::on_message(InMessage* m, const MsgHeader& h) {
       }
       if (!closed_) want(h.a + 1);
       return;
-    case MsgKind::kArrive:
+    case MsgKind::kArrive: {
+      // Relayed towards the coordinator along data partners (CommCore::toward): `step` names
+      // the rank that posted.
       core_.release(m);
-      if (!closed_) count_arrival(h.a, peer);
+      const int origin = h.step < static_cast<uint32_t>(P_) ? static_cast<int>(h.step) : peer;
+      if (closed_) return;
+      if (const int c = shared_->coordinator(h.a); c != r_) {
+        send(core_.toward(c), MsgKind::kArrive, h.a, origin);
+      } else {
+        count_arrival(h.a, origin);
+      }
       return;
-    case MsgKind::kFlushing:
+    }
+    case MsgKind::kFlushing: {
+      // It comes down the binomial tree rooted at the flushing rank (`step`): passed on first.
       core_.release(m);
-      if (!closed_ && h.a > flush_done_) {
-        flushing_[peer] = std::max(flushing_[peer], h.a);
+      const int origin = h.step < static_cast<uint32_t>(P_) ? static_cast<int>(h.step) : peer;
+      if (closed_) return;
+      for (const int child : core_.tree_children(origin)) {
+        send(child, MsgKind::kFlushing, h.a, origin);
+      }
+      if (h.a > flush_done_) {
+        flushing_[origin] = std::max(flushing_[origin], h.a);
         reevaluate();
       }
       return;
+    }
     case MsgKind::kStreamClosed: {
       // The notice carries why its origin stopped (another rank's death, say): that is the
       // cause this rank's error should name, not the messenger. It came down a tree
@@ -252,7 +268,9 @@ int PartialStream::drain_events() {
             // Its store, made early, is the arrival the coordinator counts.
             early_ = std::max(early_, e.round + 1);
           } else {
-            send(c, MsgKind::kArrive, e.round);
+            // Coordinators take turns over all ranks: the arrival goes along data partners (a
+            // rank connects to O(log P) peers, not to every coordinator; issue 21).
+            send(core_.toward(c), MsgKind::kArrive, e.round, r_);
           }
         } else {
           consider_trigger(e.round);
@@ -262,9 +280,9 @@ int PartialStream::drain_events() {
         break;
       case PartialEvent::Kind::kFlushing:
         flushing_[r_] = e.round;
-        for (int peer = 0; peer < P_; ++peer) {
-          if (peer != r_) send(peer, MsgKind::kFlushing, e.round);
-        }
+        // Every rank must hear it; a tree of data partners carries it (issue 21).
+        for (const int child : core_.tree_children(r_))
+          send(child, MsgKind::kFlushing, e.round, r_);
         reevaluate();
         break;
       case PartialEvent::Kind::kForce:

@@ -78,17 +78,18 @@ inline Status make_call(Communicator& c, const CollectiveCall& call,
   return Status(StatusCode::kInternal, "unknown call");
 }
 
-// One rank's part in every mismatched pair: rank 0 makes the first call, the others the second.
-// Expects kMismatch within `patience` for each (the calls' own timeout is far longer, so a
-// mismatch that is only found by the timeout fails), then a correct allreduce.
-inline void run_every_mismatched_pair(Communicator& c, std::chrono::seconds patience) {
+// One rank's part in every mismatched pair: rank `odd` makes the first call, the others the
+// second. Expects kMismatch within `patience` for each (the calls' own timeout is far longer, so
+// a mismatch that is only found by the timeout fails), then a correct allreduce.
+inline void run_every_mismatched_pair(Communicator& c, std::chrono::seconds patience, int odd = 0) {
   const auto& calls = mismatch_calls();
   const auto timeout = patience * 4;
   for (size_t a = 0; a < calls.size(); ++a) {
     for (size_t b = 0; b < calls.size(); ++b) {
       if (a == b) continue;
-      const CollectiveCall& mine = c.rank() == 0 ? calls[a] : calls[b];
-      SCOPED_TRACE(std::string("rank 0: ") + calls[a].name + "; the others: " + calls[b].name);
+      const CollectiveCall& mine = c.rank() == odd ? calls[a] : calls[b];
+      SCOPED_TRACE("rank " + std::to_string(odd) + ": " + calls[a].name +
+                   "; the others: " + calls[b].name);
       const auto start = std::chrono::steady_clock::now();
       const Status s = make_call(c, mine, timeout);
       const auto took = std::chrono::steady_clock::now() - start;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/collectives/mismatch_cases.h"
@@ -20,15 +21,25 @@ namespace {
 // (four times this) fails.
 constexpr std::chrono::seconds kPatience(15);
 
-class MismatchOverInproc : public ::testing::TestWithParam<int> {};
+// (ranks, the rank making the other call)
+class MismatchOverInproc : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(MismatchOverInproc, EveryPairFailsOnEveryRankAtOnce) {
-  auto w = World::make(GetParam(), test_config());
-  ASSERT_EQ(w->size(), GetParam());
-  w->run([](int, Communicator& c) { run_every_mismatched_pair(c, kPatience); });
+  const auto [ranks, odd] = GetParam();
+  auto w = World::make(ranks, test_config());
+  ASSERT_EQ(w->size(), ranks);
+  w->run([odd](int, Communicator& c) { run_every_mismatched_pair(c, kPatience, odd); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, MismatchOverInproc, ::testing::Values(2, 3, 4));
+// At 12 ranks probes reach data partners only (r +- 2^k: 6 of 11 peers), and the odd rank is a
+// partner of neither rank 0 nor the broadcasts' last rank.
+INSTANTIATE_TEST_SUITE_P(Ranks, MismatchOverInproc,
+                         ::testing::Values(std::pair{2, 0}, std::pair{3, 0}, std::pair{4, 0},
+                                           std::pair{12, 5}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.first) + "_odd" +
+                                  std::to_string(info.param.second);
+                         });
 
 TEST(MismatchOverShm, EveryPairFailsOnEveryRankAtOnce) {
   constexpr int kRanks = 3;

@@ -200,10 +200,9 @@ std::vector<std::unique_ptr<Transport>> sim_transports(int P) {
 // 3 log2 P + 4 elsewhere (peer_layout_test). Before, every rank held P - 1.
 TEST(Sim, ConnectionsGrowWithLogPNotP) {
   for (int P : {64, 100, 256}) {
-    // Creating partial objects runs small allreduces on threads, on the real clock: a call that
-    // waits EAGERCOMM_PROBE_AFTER there (under TSan at P = 64) sends its signature to every rank,
-    // which connects them all. The probe is a debugging aid, not what the algorithms talk to.
-    auto w = world_of(P, {{"EAGERCOMM_PROBE_AFTER", "60s"}});
+    // Signature probes fire early (1 ms: creating partial objects runs small allreduces on
+    // threads, on the real clock): they go to data partners only, and must connect no others.
+    auto w = world_of(P, {{"EAGERCOMM_PROBE_AFTER", "1ms"}});
     ASSERT_NE(w, nullptr);
     // Nothing was sent yet: bootstrap exchanged addresses only.
     EXPECT_EQ(w->most_connections(), 0u) << "P=" << P;
@@ -218,6 +217,10 @@ TEST(Sim, ConnectionsGrowWithLogPNotP) {
     EXPECT_GE(collectives, static_cast<uint32_t>(lg)) << "P=" << P << ": nothing counted?";
     partial(*w, "solo", 1);
     partial(*w, "majority", 1);
+    // 20 rounds, each with another coordinator (round % P): arrivals are relayed to it along
+    // data partners, and the flush at the end goes down a tree.
+    partial(*w, "quorum:" + std::to_string(P / 2), 1);
+    partial(*w, "sync", 1);
     const uint32_t with_partial = w->most_connections();
     EXPECT_LE(with_partial, bound) << "P=" << P;
     std::printf(

@@ -35,7 +35,7 @@ EAGERCOMM_SLOT_BYTES=1M "$info" -c | grep -A1 '^EAGERCOMM_SLOT_BYTES=1MiB' | gre
   || fail "eagercomm-info does not say where a value came from"
 
 # The resources a rank holds for its peers, from the configuration: at 1024 ranks 1023 verbs
-# connections, 19 data peers (r +- 2^k) with 4 (neighbours) or 2 slots of 64 KiB, 4 x 1 KiB for
+# store-path connections, 19 data peers (r +- 2^k) with 4 (neighbours) or 2 slots of 64 KiB, 4 x 1 KiB for
 # the 1004 others: 6.5 MiB of mailbox, 13.1 MiB where writes are staged.
 EAGERCOMM_SLOTS=4 EAGERCOMM_SLOT_BYTES=64K "$info" -c >"$tmp/res.txt"
 grep -Eq '^# +1024 +1023 +19 +6\.5 +13\.1$' "$tmp/res.txt" \

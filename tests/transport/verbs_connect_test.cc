@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "collectives/config.h"
@@ -30,25 +32,42 @@ TEST(VerbsConnectPath, OffersCmByModeAndAddress) {
   EXPECT_NE(r.status().message().find("no IPv4 address on mlx5_0 port 1"), std::string::npos);
 }
 
-TEST(VerbsConnectPath, CmOnlyWhenBothOfferIt) {
+TEST(VerbsConnectPath, CmWhenBothOfferItStoreWhenNeither) {
   EXPECT_EQ(choose_connect_path(IbConnectMode::kAuto, true, true, 1).value(), ConnectPath::kCm);
-  EXPECT_EQ(choose_connect_path(IbConnectMode::kAuto, true, false, 1).value(), ConnectPath::kStore);
-  EXPECT_EQ(choose_connect_path(IbConnectMode::kAuto, false, true, 1).value(), ConnectPath::kStore);
-  EXPECT_EQ(choose_connect_path(IbConnectMode::kStore, false, true, 1).value(),
+  EXPECT_EQ(choose_connect_path(IbConnectMode::kAuto, false, false, 1).value(),
+            ConnectPath::kStore);
+  EXPECT_EQ(choose_connect_path(IbConnectMode::kStore, false, false, 1).value(),
             ConnectPath::kStore);
   EXPECT_EQ(choose_connect_path(IbConnectMode::kCm, true, true, 1).value(), ConnectPath::kCm);
   auto r = choose_connect_path(IbConnectMode::kCm, true, false, 5);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("rank 5 offers no rdma_cm"), std::string::npos);
+  // One side offering rdma_cm connects on demand and publishes no queue pairs: a mixed pair
+  // cannot fall back to the store, and both sides say what to set.
+  for (const auto& [mode, local, peer] : {std::tuple{IbConnectMode::kAuto, true, false},
+                                          std::tuple{IbConnectMode::kAuto, false, true},
+                                          std::tuple{IbConnectMode::kStore, false, true}}) {
+    auto mixed = choose_connect_path(mode, local, peer, 2);
+    ASSERT_FALSE(mixed.ok()) << local << peer;
+    EXPECT_EQ(mixed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(mixed.status().message().find("rank 2"), std::string::npos);
+    EXPECT_NE(mixed.status().message().find("EAGERCOMM_IB_CONNECT=store on every rank"),
+              std::string::npos)
+        << mixed.status().message();
+  }
   // Both sides agree: the answer is symmetric in what the two offer.
   for (bool a : {false, true}) {
     for (bool b : {false, true}) {
-      EXPECT_EQ(choose_connect_path(IbConnectMode::kAuto, a, b, 0).value(),
-                choose_connect_path(IbConnectMode::kAuto, b, a, 0).value());
+      auto ab = choose_connect_path(IbConnectMode::kAuto, a, b, 0);
+      auto ba = choose_connect_path(IbConnectMode::kAuto, b, a, 0);
+      ASSERT_EQ(ab.ok(), ba.ok());
+      if (ab.ok()) {
+        EXPECT_EQ(ab.value(), ba.value());
+      }
     }
   }
-  EXPECT_TRUE(cm_active(3, 1));
-  EXPECT_FALSE(cm_active(1, 3));
+  EXPECT_TRUE(cm_wins_crossing(3, 1));
+  EXPECT_FALSE(cm_wins_crossing(1, 3));
 }
 
 IpCandidate ip(const char* itf, uint8_t family, std::initializer_list<uint8_t> bytes,
@@ -125,10 +144,15 @@ TEST(VerbsConnection, StorePathRefusesCmRequestsAndReportsQpFailure) {
   EXPECT_EQ(c.on(E::kQpReady), Actions{});  // finished: ignored
 }
 
-TEST(VerbsConnection, ActiveCmSide) {
-  Connection c(ConnectPath::kCm, /*active=*/true);
-  EXPECT_EQ(c.on(E::kStart), (Actions{A::kCreateId, A::kResolveAddress}));
+TEST(VerbsConnection, ActiveCmSideConnectsOnItsFirstSend) {
+  Connection c(ConnectPath::kCm);
+  EXPECT_EQ(c.on(E::kStart), Actions{});  // the address is known: nothing happens yet
+  EXPECT_EQ(c.state(), S::kAwaitingRequest);
+  EXPECT_FALSE(c.active());
+  EXPECT_EQ(c.on(E::kFirstSend), (Actions{A::kCreateId, A::kResolveAddress}));
+  EXPECT_TRUE(c.active());
   EXPECT_EQ(c.state(), S::kResolvingAddress);
+  EXPECT_EQ(c.on(E::kFirstSend), Actions{});  // every later send while connecting
   EXPECT_EQ(c.on(E::kAddressResolved), (Actions{A::kResolveRoute}));
   EXPECT_EQ(c.on(E::kRouteResolved), (Actions{A::kConnect}));
   EXPECT_EQ(c.state(), S::kConnecting);
@@ -136,7 +160,59 @@ TEST(VerbsConnection, ActiveCmSide) {
   EXPECT_EQ(c.on(E::kQpReady), (Actions{A::kEstablish, A::kReportConnected}));
   EXPECT_TRUE(c.connected());
   EXPECT_EQ(c.on(E::kEstablished), Actions{});  // may follow rdma_establish: harmless
+  EXPECT_EQ(c.on(E::kFirstSend), Actions{});
   EXPECT_EQ(c.on(E::kClose), (Actions{A::kDisconnect, A::kDestroyId}));
+}
+
+// Both sides send first at once: the higher rank's attempt goes on; the lower rank drops its own
+// whether the refusal or the higher rank's request reaches it first, and never starts again.
+TEST(VerbsConnection, CrossingRequestsLeaveTheHigherRanksAttempt) {
+  const auto connecting = [](bool higher) {
+    auto c = std::make_unique<Connection>(ConnectPath::kCm, higher);
+    c->on(E::kStart);
+    c->on(E::kFirstSend);
+    c->on(E::kAddressResolved);
+    c->on(E::kRouteResolved);
+    return c;
+  };
+  auto high = connecting(true);
+  EXPECT_EQ(high->on(E::kConnectRequest), (Actions{A::kRejectCrossed}));
+  EXPECT_EQ(high->state(), S::kConnecting);
+  EXPECT_EQ(high->on(E::kConnectResponse), (Actions{A::kModifyQpFromCm}));
+  EXPECT_EQ(high->on(E::kQpReady), (Actions{A::kEstablish, A::kReportConnected}));
+  // Also while still resolving.
+  Connection early(ConnectPath::kCm, true);
+  early.on(E::kStart);
+  early.on(E::kFirstSend);
+  EXPECT_EQ(early.on(E::kConnectRequest), (Actions{A::kRejectCrossed}));
+  EXPECT_EQ(early.state(), S::kResolvingAddress);
+
+  // The lower rank, the request first: its id goes, the request's id takes its place.
+  auto low = connecting(false);
+  EXPECT_EQ(low->on(E::kConnectRequest), (Actions{A::kDestroyId, A::kModifyQpFromCm}));
+  EXPECT_FALSE(low->active());
+  EXPECT_EQ(low->on(E::kQpReady), (Actions{A::kAccept}));
+  EXPECT_EQ(low->on(E::kFirstSend), Actions{});
+  EXPECT_EQ(low->on(E::kEstablished), (Actions{A::kReportConnected}));
+  EXPECT_TRUE(low->connected());
+
+  // The refusal first: it waits for the request and does not start again meanwhile.
+  auto refused = connecting(false);
+  EXPECT_EQ(refused->on(E::kRejectedCrossed), (Actions{A::kDestroyId}));
+  EXPECT_EQ(refused->state(), S::kAwaitingRequest);
+  EXPECT_EQ(refused->on(E::kFirstSend), Actions{});
+  EXPECT_EQ(refused->on(E::kConnectRequest), (Actions{A::kModifyQpFromCm}));
+  EXPECT_EQ(refused->on(E::kQpReady), (Actions{A::kAccept}));
+  EXPECT_EQ(refused->on(E::kEstablished), (Actions{A::kReportConnected}));
+
+  // A crossing refusal the higher rank cannot have been sent fails it, as any event out of turn.
+  auto wrong = connecting(true);
+  EXPECT_EQ(wrong->on(E::kRejectedCrossed), (Actions{A::kDestroyId, A::kReportFailure}));
+  // The lower rank's attempt, once its QP moved, is not dropped for a late request: refused.
+  auto late = connecting(false);
+  late->on(E::kConnectResponse);
+  EXPECT_EQ(late->on(E::kConnectRequest), (Actions{A::kReject}));
+  EXPECT_EQ(late->state(), S::kReadying);
 }
 
 TEST(VerbsConnection, PassiveCmSideRequestBeforeOrAfterConnect) {
@@ -165,6 +241,7 @@ TEST(VerbsConnection, PassiveCmSideRequestBeforeOrAfterConnect) {
 TEST(VerbsConnection, ActiveSideRetriesTransientErrorsThenGivesUp) {
   Connection c(ConnectPath::kCm, true, /*retries=*/2);
   c.on(E::kStart);
+  c.on(E::kFirstSend);
   const Actions again{A::kDestroyId, A::kCreateId, A::kResolveAddress};
   EXPECT_EQ(c.on(E::kTransient, "RDMA_CM_EVENT_ADDR_ERROR"), again);
   c.on(E::kAddressResolved);
@@ -183,6 +260,7 @@ TEST(VerbsConnection, ActiveSideRetriesTransientErrorsThenGivesUp) {
 TEST(VerbsConnection, RejectionAndDisconnectionFail) {
   Connection c(ConnectPath::kCm, true);
   c.on(E::kStart);
+  c.on(E::kFirstSend);
   c.on(E::kAddressResolved);
   c.on(E::kRouteResolved);
   EXPECT_EQ(c.on(E::kRejected, "RDMA_CM_EVENT_REJECTED (status 28)"),
@@ -207,6 +285,7 @@ TEST(VerbsConnection, RejectionAndDisconnectionFail) {
 TEST(VerbsConnection, EventsOutOfOrderFailNamingStateAndEvent) {
   Connection c(ConnectPath::kCm, true);
   c.on(E::kStart);
+  c.on(E::kFirstSend);
   EXPECT_EQ(c.on(E::kRouteResolved), (Actions{A::kDestroyId, A::kReportFailure}));
   EXPECT_NE(c.error().find("\"route resolved\" while resolving address (active side)"),
             std::string::npos)
@@ -215,12 +294,13 @@ TEST(VerbsConnection, EventsOutOfOrderFailNamingStateAndEvent) {
   Connection p(ConnectPath::kCm, false);
   EXPECT_EQ(p.on(E::kConnectResponse), (Actions{A::kReportFailure}));  // no id yet
   Connection q(ConnectPath::kCm, true);
-  EXPECT_EQ(q.on(E::kConnectRequest), (Actions{A::kReject}));  // the active side takes none
-  EXPECT_EQ(q.state(), S::kIdle);
+  EXPECT_EQ(q.on(E::kFirstSend), (Actions{A::kReportFailure}));  // before the address is known
+  EXPECT_NE(q.error().find("\"first send\" while idle"), std::string::npos) << q.error();
   Connection r(ConnectPath::kStore, false);
   EXPECT_EQ(r.on(E::kAddressResolved), (Actions{A::kReportFailure}));
   Connection s(ConnectPath::kCm, true);
   s.on(E::kStart);
+  s.on(E::kFirstSend);
   EXPECT_EQ(s.on(E::kActionFailed, "rdma_resolve_addr: No such device"),
             (Actions{A::kDestroyId, A::kReportFailure}));
   EXPECT_NE(s.error().find("No such device"), std::string::npos);
@@ -229,22 +309,23 @@ TEST(VerbsConnection, EventsOutOfOrderFailNamingStateAndEvent) {
 TEST(VerbsConnection, CloseFromEveryStateReleasesTheIdOnce) {
   // Drive to each state, then close: an id exists exactly in the cm set-up and connected states.
   struct Case {
-    bool active;
+    bool higher;  // wins a crossing
     std::vector<ConnEvent> events;
     Actions on_close;
   };
   const std::vector<Case> cases = {
       {true, {}, {}},
-      {true, {E::kStart}, {A::kDestroyId}},
-      {true, {E::kStart, E::kAddressResolved}, {A::kDestroyId}},
-      {true, {E::kStart, E::kAddressResolved, E::kRouteResolved}, {A::kDestroyId}},
+      {true, {E::kStart, E::kFirstSend}, {A::kDestroyId}},
+      {true, {E::kStart, E::kFirstSend, E::kAddressResolved}, {A::kDestroyId}},
+      {true, {E::kStart, E::kFirstSend, E::kAddressResolved, E::kRouteResolved}, {A::kDestroyId}},
+      {false, {E::kStart, E::kFirstSend, E::kRejectedCrossed}, {}},
       {false, {E::kStart}, {}},
       {false, {E::kConnectRequest}, {A::kDestroyId}},
       {false, {E::kConnectRequest, E::kQpReady}, {A::kDestroyId}},
       {false, {E::kConnectRequest, E::kQpReady, E::kEstablished}, {A::kDisconnect, A::kDestroyId}},
   };
   for (const Case& k : cases) {
-    Connection c(ConnectPath::kCm, k.active);
+    Connection c(ConnectPath::kCm, k.higher);
     for (ConnEvent e : k.events) c.on(e);
     const ConnState before = c.state();
     EXPECT_EQ(c.on(E::kClose), k.on_close) << conn_state_name(before);

@@ -149,8 +149,8 @@ TEST(VerbsEmulated, CreditUpdatesAreSignaledOncePerManyAndCloseDoesNotWaitForThe
   auto& seen = w.seen;
   ASSERT_TRUE(
       drive(t, seen, [&] { return count(seen[0], TransportCompletion::Kind::kWriteDone); }));
-  const verbs::emu::QpRef sender = qp_of(*t[0], 1, 2);
-  const verbs::emu::QpRef receiver = qp_of(*t[1], 0, 2);  // it sends the credit updates
+  const verbs::emu::QpRef sender = qp_of(t, 0, 1);
+  const verbs::emu::QpRef receiver = qp_of(t, 1, 0);  // it sends the credit updates
   auto sent_before = verbs::emu::qp_attributes(sender);
   auto returned_before = verbs::emu::qp_attributes(receiver);
   ASSERT_TRUE(sent_before.ok() && returned_before.ok());

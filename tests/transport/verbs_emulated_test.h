@@ -82,12 +82,20 @@ inline size_t count(const std::vector<TransportCompletion>& v, TransportCompleti
   return n;
 }
 
-// Where rank `from`'s queue pair to `to` is on the emulated fabric (its address says).
-inline verbs::emu::QpRef qp_of(Transport& from, int to, int size) {
-  auto a = verbs::decode_address(from.local_address(), from.rank(), size);
+// The emulated port of a transport (its address says).
+inline uint32_t lid_of(Transport& t) {
+  auto a = verbs::decode_address(t.local_address(), t.rank(), t.size());
   EXPECT_TRUE(a.ok()) << a.status().to_string();
-  if (!a.ok()) return {};
-  return {a.value().lid, a.value().qps[to].qpn};
+  return a.ok() ? a.value().lid : 0;
+}
+
+// Where rank `from`'s queue pair to `to` is on the emulated fabric: the store path's address
+// names it; a pair connected over rdma_cm (on demand) is found by where its path leads.
+inline verbs::emu::QpRef qp_of(std::vector<std::unique_ptr<Transport>>& t, int from, int to) {
+  const uint32_t lid = lid_of(*t[from]);
+  auto qpn = verbs::emu::qp_towards(lid, lid_of(*t[to]));
+  EXPECT_TRUE(qpn.ok()) << qpn.status().to_string();
+  return {lid, qpn.ok() ? qpn.value() : 0};
 }
 
 // A host region at `to`, imported by `from`, and a source region at `from`.

@@ -197,7 +197,7 @@ TEST(VerbsEmulated, AQueuePairInErrorWithOnlyFlushErrorsLosesThePeer) {
   ASSERT_NE(r.remote, nullptr);
   ASSERT_TRUE(post(t, seen, [&] { return t[0]->write(*r.src, 0, *r.remote, 0, 8, 1, 1); }).ok());
   ASSERT_TRUE(drive(t, seen, [&] { return count(seen[1], TransportCompletion::Kind::kNotify); }));
-  ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(*t[0], 1, 2), verbs::emu::AsyncEvent::kNo).ok());
+  ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(t, 0, 1), verbs::emu::AsyncEvent::kNo).ok());
   EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[0], 1); }))
       << "rank 0's QP to rank 1 is in ERROR (its receives flushed): rank 1 must be lost";
 }
@@ -209,7 +209,7 @@ TEST(VerbsEmulated, AFatalQueuePairEventLosesThePeer) {
   ASSERT_TRUE(w.ok);
   auto& t = w.t;
   auto& seen = w.seen;
-  ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(*t[0], 2, 3), verbs::emu::AsyncEvent::kYes).ok());
+  ASSERT_TRUE(verbs::emu::inject_qp_error(qp_of(t, 0, 2), verbs::emu::AsyncEvent::kYes).ok());
   EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[0], 2); }));
   EXPECT_FALSE(lost(seen[0], 1)) << "only the QP to rank 2 failed";
 }
@@ -221,8 +221,15 @@ TEST(VerbsEmulated, ACompletionQueueInErrorLosesEveryPeer) {
   auto t = connected_world(3, config);
   ASSERT_EQ(t.size(), 3u);
   std::vector<std::vector<TransportCompletion>> seen(3);
-  ASSERT_TRUE(
-      verbs::emu::inject_cq_error(qp_of(*t[1], 0, 3).lid, verbs::emu::AsyncEvent::kNo).ok());
+  // Rank 1 talks to both first: its queue pairs, made on demand, are what the emulated device
+  // finds its completion queue through.
+  ASSERT_TRUE(post(t, seen, [&] { return t[1]->notify(0, 1); }).ok());
+  ASSERT_TRUE(post(t, seen, [&] { return t[1]->notify(2, 1); }).ok());
+  ASSERT_TRUE(drive(t, seen, [&] {
+    return count(seen[0], TransportCompletion::Kind::kNotify) == 1 &&
+           count(seen[2], TransportCompletion::Kind::kNotify) == 1;
+  }));
+  ASSERT_TRUE(verbs::emu::inject_cq_error(lid_of(*t[1]), verbs::emu::AsyncEvent::kNo).ok());
   EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[1], 0) && lost(seen[1], 2); }));
 }
 
@@ -238,14 +245,14 @@ TEST(VerbsEmulated, LostPacketsAreRetriedAndTooManyLoseThePeer) {
   Route& r = w.r;
   ASSERT_TRUE(
       drive(t, seen, [&] { return count(seen[0], TransportCompletion::Kind::kWriteDone); }));
-  ASSERT_TRUE(verbs::emu::inject_drop(qp_of(*t[0], 1, 2), 3).ok());
+  ASSERT_TRUE(verbs::emu::inject_drop(qp_of(t, 0, 1), 3).ok());
   std::memcpy(r.src->data(), "retried!", 8);
   ASSERT_TRUE(t[0]->write(*r.src, 0, *r.remote, 0, 8, 2, 2).ok());
   ASSERT_TRUE(
       drive(t, seen, [&] { return count(seen[1], TransportCompletion::Kind::kNotify) == 2; }));
   EXPECT_EQ(std::memcmp(r.dst->data(), "retried!", 8), 0);
   EXPECT_FALSE(lost(seen[0], 1));
-  ASSERT_TRUE(verbs::emu::inject_drop(qp_of(*t[0], 1, 2), 4).ok());  // retry_cnt + 1 tries lost
+  ASSERT_TRUE(verbs::emu::inject_drop(qp_of(t, 0, 1), 4).ok());  // retry_cnt + 1 tries lost
   ASSERT_TRUE(t[0]->write(*r.src, 0, *r.remote, 0, 8, 3, 3).ok());
   EXPECT_TRUE(drive(t, seen, [&] { return lost(seen[0], 1); }));
   EXPECT_EQ(count(seen[1], TransportCompletion::Kind::kNotify), 2u);
@@ -261,7 +268,7 @@ TEST(VerbsEmulated, ALostUnsignaledCreditUpdateLosesThePeer) {
   ASSERT_TRUE(w.ok);
   auto& t = w.t;
   auto& seen = w.seen;
-  ASSERT_TRUE(verbs::emu::inject_drop(qp_of(*t[1], 0, 2), 4).ok());
+  ASSERT_TRUE(verbs::emu::inject_drop(qp_of(t, 1, 0), 4).ok());
   // 16 receives make rank 1 return credits (its first send on this QP: unsignaled).
   for (int i = 0; i < 16; ++i) {
     ASSERT_TRUE(post(t, seen, [&] { return t[0]->notify(1, 100 + i); }).ok());
@@ -280,7 +287,7 @@ TEST(VerbsEmulated, APortThatFlapsLosesNothingAndOneThatStaysDownLosesThePeer) {
   auto& t = w.t;
   auto& seen = w.seen;
   Route& r = w.r;
-  const uint32_t lid = qp_of(*t[0], 1, 2).lid;
+  const uint32_t lid = lid_of(*t[0]);
   ASSERT_TRUE(verbs::emu::set_port_state(lid, verbs::emu::PortState::kDown).ok());
   ASSERT_TRUE(t[0]->write(*r.src, 0, *r.remote, 0, 8, 2, 2).ok());
   for (int i = 0; i < 50; ++i) {  // the async event is read meanwhile
@@ -303,8 +310,7 @@ TEST(VerbsEmulated, APortThatFlapsLosesNothingAndOneThatStaysDownLosesThePeer) {
   Route& r2 = w2.r;
   ASSERT_TRUE(
       drive(t2, seen2, [&] { return count(seen2[1], TransportCompletion::Kind::kNotify); }));
-  ASSERT_TRUE(
-      verbs::emu::set_port_state(qp_of(*t2[0], 1, 2).lid, verbs::emu::PortState::kDown).ok());
+  ASSERT_TRUE(verbs::emu::set_port_state(lid_of(*t2[0]), verbs::emu::PortState::kDown).ok());
   ASSERT_TRUE(t2[0]->write(*r2.src, 0, *r2.remote, 0, 8, 2, 2).ok());
   EXPECT_TRUE(drive(t2, seen2, [&] { return lost(seen2[0], 1); }));
 }

@@ -164,7 +164,7 @@ TEST(VerbsEmulated, TheCmPathSetsTheSameQueuePairAttributesAsTheStorePath) {
   auto& seen = w.seen;
   ASSERT_TRUE(drive(t, seen, [&] { return count(seen[1], TransportCompletion::Kind::kNotify); }));
   for (int from : {0, 1}) {
-    auto a = verbs::emu::qp_attributes(qp_of(*t[from], 1 - from, 2));
+    auto a = verbs::emu::qp_attributes(qp_of(t, from, 1 - from));
     ASSERT_TRUE(a.ok()) << a.status().to_string();
     EXPECT_EQ(a.value().state, IBV_QPS_RTS);
     EXPECT_EQ(a.value().min_rnr_timer, 12u) << "rank " << from << ": the CM's 0 must not stay";
@@ -192,7 +192,7 @@ TEST(VerbsEmulated, QueuePairAttributesFollowTheConfigTable) {
     Route r = route(t, 0, 1, 64);
     ASSERT_NE(r.remote, nullptr);
     ASSERT_TRUE(post(t, seen, [&] { return t[0]->write(*r.src, 0, *r.remote, 0, 8, 1, 1); }).ok());
-    auto a = verbs::emu::qp_attributes(qp_of(*t[0], 1, 2));
+    auto a = verbs::emu::qp_attributes(qp_of(t, 0, 1));
     ASSERT_TRUE(a.ok()) << a.status().to_string();
     EXPECT_EQ(a.value().state, IBV_QPS_RTS);
     EXPECT_EQ(a.value().timeout, defaults ? 18 : 12);

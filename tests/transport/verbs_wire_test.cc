@@ -22,6 +22,7 @@ QpAddress sample_address(int rank, int size) {
   a.gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 198, 18, 0, 7};
   a.credit_addr = 0x7f0000001000ull;
   a.credit_rkey = 0xabcd;
+  a.job_size = static_cast<uint32_t>(size);
   for (int r = 0; r < size; ++r) a.qps.push_back({r == rank ? 0u : 0x100u + r, 0x777u + r});
   return a;
 }
@@ -84,7 +85,9 @@ TEST(VerbsWire, AddressFromTheWrongRankOrJobSizeOrWithImpossibleFields) {
   EXPECT_FALSE(decode_address(encode_address(a), 0, 2).ok());
 }
 
+// Over rdma_cm the queue pairs are made on demand: the address carries none.
 QpAddress with_cm(QpAddress a) {
+  a.qps.clear();
   a.offers_cm = true;
   a.cm_family = 4;
   a.cm_ip = {10, 0, 0, 7};
@@ -99,12 +102,23 @@ TEST(VerbsWire, RdmaCmEndpointRoundTripsAndIsChecked) {
   EXPECT_EQ(d.value().cm_family, 4);
   EXPECT_EQ(d.value().cm_port, 18515);
   EXPECT_EQ(d.value().cm_ip[3], 7);
+  EXPECT_TRUE(d.value().qps.empty());
+  EXPECT_EQ(d.value().job_size, 2u);
+  // The same with queue pairs given: they are not written (the decoder would refuse the length).
+  QpAddress with_qps = with_cm(sample_address(1, 2));
+  with_qps.qps = sample_address(1, 2).qps;
+  EXPECT_EQ(encode_address(with_qps), encode_address(with_cm(sample_address(1, 2))));
+  // A world-size mismatch is still named without queue pairs to count.
+  d = decode_address(encode_address(with_cm(sample_address(1, 2))), 1, 3);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("different world sizes"), std::string::npos);
   d = decode_address(encode_address(sample_address(1, 2)), 1, 2);
   ASSERT_TRUE(d.ok());
   EXPECT_FALSE(d.value().offers_cm);
+  EXPECT_EQ(d.value().qps.size(), 2u);
 
   const auto refused = [](const QpAddress& a, const char* why) {
-    auto r = decode_address(encode_address(a), a.rank, static_cast<int>(a.qps.size()));
+    auto r = decode_address(encode_address(a), a.rank, static_cast<int>(a.job_size));
     ASSERT_FALSE(r.ok()) << why;
     EXPECT_EQ(r.status().code(), StatusCode::kProtocolError);
     EXPECT_NE(r.status().message().find("rdma_cm"), std::string::npos) << r.status().message();

@@ -26,6 +26,7 @@ Result<bool> offers_cm(IbConnectMode mode, bool device_has_ip, const std::string
 Result<ConnectPath> choose_connect_path(IbConnectMode mode, bool local_offers_cm,
                                         bool peer_offers_cm, int peer) {
   if (local_offers_cm && peer_offers_cm) return ConnectPath::kCm;
+  if (!local_offers_cm && !peer_offers_cm) return ConnectPath::kStore;
   if (mode == IbConnectMode::kCm) {
     return make_status(StatusCode::kInvalidArgument,
                        "verbs: EAGERCOMM_IB_CONNECT=cm here, but rank %d offers no rdma_cm "
@@ -33,7 +34,17 @@ Result<ConnectPath> choose_connect_path(IbConnectMode mode, bool local_offers_cm
                        "address); use the same setting on every rank, or auto",
                        peer);
   }
-  return ConnectPath::kStore;
+  // A rank offering cm connects on demand and publishes no queue pairs for the store path.
+  return make_status(StatusCode::kInvalidArgument,
+                     "verbs: %s rdma_cm and rank %d %s: a job connects every pair one way (a "
+                     "rank offering rdma_cm connects on demand and publishes no queue pairs for "
+                     "the store path); set EAGERCOMM_IB_CONNECT=store on every rank, or give "
+                     "every rank's device an IP address",
+                     local_offers_cm ? "this rank offers" : "this rank offers no", peer,
+                     peer_offers_cm ? "does (EAGERCOMM_IB_CONNECT=store here, or no IP address "
+                                      "on this rank's device)"
+                                    : "does not (its EAGERCOMM_IB_CONNECT is store, or its "
+                                      "device has no IP address)");
 }
 
 const char* conn_state_name(ConnState s) {
@@ -66,6 +77,8 @@ const char* conn_event_name(ConnEvent e) {
   switch (e) {
     case ConnEvent::kStart:
       return "start";
+    case ConnEvent::kFirstSend:
+      return "first send";
     case ConnEvent::kAddressResolved:
       return "address resolved";
     case ConnEvent::kRouteResolved:
@@ -84,6 +97,8 @@ const char* conn_event_name(ConnEvent e) {
       return "transient error";
     case ConnEvent::kRejected:
       return "rejected";
+    case ConnEvent::kRejectedCrossed:
+      return "rejected (crossing requests)";
     case ConnEvent::kDisconnected:
       return "disconnected";
     case ConnEvent::kActionFailed:
@@ -114,6 +129,8 @@ const char* conn_action_name(ConnAction a) {
       return "establish";
     case ConnAction::kReject:
       return "reject";
+    case ConnAction::kRejectCrossed:
+      return "reject (crossing requests)";
     case ConnAction::kDisconnect:
       return "disconnect";
     case ConnAction::kDestroyId:
@@ -139,6 +156,12 @@ bool Connection::has_id() const {
     default:
       return false;
   }
+}
+
+bool Connection::before_qp() const {
+  return path_ == ConnectPath::kCm && active_ &&
+         (state_ == ConnState::kResolvingAddress || state_ == ConnState::kResolvingRoute ||
+          state_ == ConnState::kConnecting);
 }
 
 std::vector<ConnAction> Connection::fail(const std::string& why, bool id) {
@@ -183,12 +206,15 @@ std::vector<ConnAction> Connection::on(ConnEvent e, const std::string& detail) {
         state_ = S::kReadying;
         return {A::kModifyQpFromStore};
       }
-      if (active_) {
-        state_ = S::kResolvingAddress;
-        return {A::kCreateId, A::kResolveAddress};
-      }
       if (state_ == S::kIdle) state_ = S::kAwaitingRequest;  // else the request came first
       return {};
+    case ConnEvent::kFirstSend:
+      // Under way already (either side started), or waiting for the peer that won a crossing.
+      if (cm && state_ == S::kIdle) return unexpected();  // the peer's address is not known
+      if (!cm || state_ != S::kAwaitingRequest || yielded_) return {};
+      active_ = true;
+      state_ = S::kResolvingAddress;
+      return {A::kCreateId, A::kResolveAddress};
     case ConnEvent::kAddressResolved:
       if (!cm || !active_ || state_ != S::kResolvingAddress) return unexpected();
       state_ = S::kResolvingRoute;
@@ -202,8 +228,17 @@ std::vector<ConnAction> Connection::on(ConnEvent e, const std::string& detail) {
       state_ = S::kReadying;
       return {A::kModifyQpFromCm};
     case ConnEvent::kConnectRequest:
-      // Only the passive side of a cm pair takes requests, once: a duplicate (the peer retried
-      // after a lost reply) or a request on the wrong side is refused, not acted on.
+      // Both sides started at once: the higher rank's attempt goes on, the lower rank drops its
+      // own (its queue pair is untouched) and takes the request instead.
+      if (before_qp()) {
+        if (wins_crossing_) return {A::kRejectCrossed};
+        active_ = false;
+        yielded_ = true;
+        state_ = S::kReadying;
+        return {A::kDestroyId, A::kModifyQpFromCm};
+      }
+      // Otherwise requests are taken once, by a side that has not started its own: a duplicate
+      // (the peer retried after a lost reply) or a request on the wrong side is refused.
       if (!cm || active_ || (state_ != S::kIdle && state_ != S::kAwaitingRequest)) {
         return {A::kReject};
       }
@@ -229,21 +264,27 @@ std::vector<ConnAction> Connection::on(ConnEvent e, const std::string& detail) {
       state_ = S::kConnected;
       return {A::kReportConnected};
     case ConnEvent::kTransient: {
-      const bool before_qp = active_ && (state_ == S::kResolvingAddress ||
-                                         state_ == S::kResolvingRoute || state_ == S::kConnecting);
       // The active side retries from the start while its QP is untouched (the passive side
       // moves its QP only on a request it accepts, and then the pair completes or fails).
-      if (cm && before_qp && retries_left_ > 0) {
+      const bool untouched = before_qp();
+      if (untouched && retries_left_ > 0) {
         --retries_left_;
         state_ = S::kResolvingAddress;
         return {A::kDestroyId, A::kCreateId, A::kResolveAddress};
       }
-      return fail(with(before_qp ? "rdma_cm could not reach the peer (retries used up)"
+      return fail(with(untouched ? "rdma_cm could not reach the peer (retries used up)"
                                  : "rdma_cm error during set-up"),
                   has_id());
     }
     case ConnEvent::kRejected:
       return fail(with("the peer rejected the rdma_cm connection"), has_id());
+    case ConnEvent::kRejectedCrossed:
+      // The peer's request is on its way: wait for it (and do not start again).
+      if (!before_qp() || wins_crossing_) return unexpected();
+      active_ = false;
+      yielded_ = true;
+      state_ = S::kAwaitingRequest;
+      return {A::kDestroyId};
     case ConnEvent::kDisconnected:
       return fail(
           with(state_ == S::kConnected ? "the peer disconnected" : "disconnected during set-up"),

@@ -70,6 +70,7 @@ Status VerbsTransport::init(const TransportConfig& config) {
   peers_.resize(size());
   QpAddress a;
   a.rank = rank();
+  a.job_size = static_cast<uint32_t>(size());
   a.instance = instance_;
   a.link = static_cast<uint8_t>(endpoint_.link);
   a.port = endpoint_.port;
@@ -81,8 +82,10 @@ Status VerbsTransport::init(const TransportConfig& config) {
   a.gid = endpoint_.gid.raw;
   a.credit_addr = reinterpret_cast<uintptr_t>(credit_in_->data());
   a.credit_rkey = static_cast<const VerbsRegion&>(*credit_in_).rkey();
-  EC_RETURN_IF_ERROR(create_queue_pairs(a));
   EC_RETURN_IF_ERROR(setup_cm(config, ip));
+  // Over rdma_cm the queue pairs are made when first needed (connect_on_demand()): a rank of a
+  // large job holds those of the peers it talks to, and its address carries none.
+  if (!offers_cm_) EC_RETURN_IF_ERROR(create_queue_pairs(a));
   if (offers_cm_) {
     a.offers_cm = true;
     if (cm_source_.ss_family == AF_INET) {
@@ -100,7 +103,7 @@ Status VerbsTransport::init(const TransportConfig& config) {
   EC_INFO(kNet, "verbs: on %s port %u (%s)%s; connects by %s", endpoint_.device.c_str(),
           endpoint_.port, link_layer_name(endpoint_.link),
           endpoint_.use_gid ? (" GID " + endpoint_.gid.to_string()).c_str() : "",
-          offers_cm_ ? "rdma_cm where the peer offers it, else the store" : "the store");
+          offers_cm_ ? "rdma_cm, on demand" : "the store, every pair at creation");
   return Status::Ok();
 }
 
@@ -183,50 +186,53 @@ Status VerbsTransport::open_device() {
   return Status::Ok();
 }
 
-Status VerbsTransport::create_queue_pairs(QpAddress& a) {
+Status VerbsTransport::create_queue_pair(int peer) {
+  Peer& p = peers_[peer];
+  if (p.qp != nullptr) return Status::Ok();
+  ibv_qp_init_attr ia{};
+  ia.send_cq = cq_;
+  ia.recv_cq = cq_;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = kSendDepth;
+  ia.cap.max_recv_wr = kReceiveWindow;
+  ia.cap.max_send_sge = 1;
+  ia.cap.max_recv_sge = 1;
+  ia.cap.max_inline_data = kWantInline;
+  p.qp = api_->create_qp(core_->pd, &ia);
+  if (p.qp == nullptr) {
+    // Some devices cap inline data lower: ask again without it.
+    ia.cap.max_inline_data = 0;
+    p.qp = api_->create_qp(core_->pd, &ia);
+  }
+  if (p.qp == nullptr) {
+    return make_status(StatusCode::kUnavailable, "verbs: ibv_create_qp for rank %d: %s", peer,
+                       errno_text().c_str());
+  }
+  p.inline_max = ia.cap.max_inline_data;  // what ibv_create_qp granted
+  qp_to_peer_[p.qp->qp_num] = peer;
+  ibv_qp_attr qa{};
+  qa.qp_state = IBV_QPS_INIT;
+  qa.pkey_index = 0;
+  qa.port_num = endpoint_.port;
+  qa.qp_access_flags = kQpAccess;
+  if (api_->modify_qp(p.qp, &qa,
+                      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+    return make_status(StatusCode::kUnavailable, "verbs: QP for rank %d to INIT: %s", peer,
+                       errno_text().c_str());
+  }
+  // Receives can be posted in INIT: the peer may send as soon as both sides are connected.
+  for (uint32_t i = 0; i < kReceiveWindow; ++i) EC_RETURN_IF_ERROR(post_receive(peer));
   std::random_device entropy;
+  p.psn = entropy() & kMaxPsn;
+  return Status::Ok();
+}
+
+Status VerbsTransport::create_queue_pairs(QpAddress& a) {
   a.qps.resize(size());
-  bool first_qp = true;
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank()) continue;
-    ibv_qp_init_attr ia{};
-    ia.send_cq = cq_;
-    ia.recv_cq = cq_;
-    ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = kSendDepth;
-    ia.cap.max_recv_wr = kReceiveWindow;
-    ia.cap.max_send_sge = 1;
-    ia.cap.max_recv_sge = 1;
-    ia.cap.max_inline_data = kWantInline;
-    Peer& p = peers_[peer];
-    p.qp = api_->create_qp(core_->pd, &ia);
-    if (p.qp == nullptr) {
-      // Some devices cap inline data lower: ask again without it.
-      ia.cap.max_inline_data = 0;
-      p.qp = api_->create_qp(core_->pd, &ia);
-    }
-    if (p.qp == nullptr) {
-      return make_status(StatusCode::kUnavailable, "verbs: ibv_create_qp for rank %d: %s", peer,
-                         errno_text().c_str());
-    }
-    // ibv_create_qp reports the inline size it granted: the smallest over the QPs is used.
-    inline_max_ = first_qp ? ia.cap.max_inline_data : std::min(inline_max_, ia.cap.max_inline_data);
-    first_qp = false;
-    qp_to_peer_[p.qp->qp_num] = peer;
-    ibv_qp_attr qa{};
-    qa.qp_state = IBV_QPS_INIT;
-    qa.pkey_index = 0;
-    qa.port_num = endpoint_.port;
-    qa.qp_access_flags = kQpAccess;
-    if (api_->modify_qp(
-            p.qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-      return make_status(StatusCode::kUnavailable, "verbs: QP for rank %d to INIT: %s", peer,
-                         errno_text().c_str());
-    }
-    // Receives can be posted in INIT: the peer may send as soon as both sides are connected.
-    for (uint32_t i = 0; i < kReceiveWindow; ++i) EC_RETURN_IF_ERROR(post_receive(peer));
-    p.psn = entropy() & kMaxPsn;
-    a.qps[peer] = {p.qp->qp_num, p.psn};
+    EC_RETURN_IF_ERROR(create_queue_pair(peer));
+    a.qps[peer] = {peers_[peer].qp->qp_num, peers_[peer].psn};
   }
   return Status::Ok();
 }
@@ -259,7 +265,7 @@ Status VerbsTransport::connect(int peer, std::span<const uint8_t> address) {
   if (closed_) return Status(StatusCode::kAborted, "verbs: connect: transport closed");
   EC_ASSIGN_OR_RETURN(QpAddress a, decode_address(address, peer, size()));
   Peer& p = peers_[peer];
-  if (started(peer)) {
+  if (p.known) {
     if (a.instance == p.address.instance) return Status::Ok();
     return make_status(StatusCode::kInvalidArgument,
                        "verbs: rank %d is already connected to another instance", peer);
@@ -291,13 +297,15 @@ Status VerbsTransport::connect(int peer, std::span<const uint8_t> address) {
                          peer);
     }
   } else {
-    p.conn = std::make_unique<Connection>(path, cm_active(rank(), peer));
+    p.conn = std::make_unique<Connection>(path, cm_wins_crossing(rank(), peer));
   }
   p.address = std::move(a);
   p.instance = p.address.instance;
   p.credit_addr = p.address.credit_addr;
   p.credit_rkey = p.address.credit_rkey;
-  EC_DEBUG(kNet, "verbs: connecting to rank %d by %s", peer, connect_path_name(path));
+  p.known = true;
+  // The store path connects now; rdma_cm when either side first sends (connect_on_demand()).
+  EC_DEBUG(kNet, "verbs: rank %d connects by %s", peer, connect_path_name(path));
   drive(peer, ConnEvent::kStart);
   // The store path completes here; a failure is an error of this call.
   if (path == ConnectPath::kStore && p.conn->state() == ConnState::kFailed) {

@@ -163,8 +163,13 @@ Status VerbsTransport::perform(int peer, ConnAction a, rdma_cm_id* request) {
     case A::kEstablish:
       return api_->establish(p.id) == 0 ? Status::Ok() : failed("rdma_establish");
     case A::kReject:
+    case A::kRejectCrossed:
       if (request != nullptr) {
-        api_->reject(request, nullptr, 0);
+        // A crossing's refusal carries our hello: the peer then waits for our request rather
+        // than failing (progress_cm, RDMA_CM_EVENT_REJECTED).
+        if (a == A::kRejectCrossed) hello = encode_hello({rank(), peer, instance_});
+        api_->reject(request, hello.empty() ? nullptr : hello.data(),
+                     static_cast<uint8_t>(hello.size()));
         api_->destroy_id(request);  // its event was acknowledged before (progress_cm)
       }
       return Status::Ok();
@@ -218,13 +223,20 @@ void VerbsTransport::on_connect_request(rdma_cm_id* id, std::span<const uint8_t>
   }
   const int peer = hello.value().from;
   Peer& p = peers_[peer];
-  if (!p.conn) {  // before our connect(): the QP is ready, the address comes later
-    p.conn = std::make_unique<Connection>(ConnectPath::kCm, cm_active(rank(), peer));
+  if (!p.conn) {  // before our connect(): the address comes later
+    p.conn = std::make_unique<Connection>(ConnectPath::kCm, cm_wins_crossing(rank(), peer));
     p.hello_instance = hello.value().instance;
-  } else if (started(peer) && hello.value().instance != p.address.instance) {
+  } else if (p.known && hello.value().instance != p.address.instance) {
     EC_WARN(kNet, "verbs: refused an rdma_cm request from another instance of rank %d", peer);
     api_->reject(id, nullptr, 0);
     api_->destroy_id(id);
+    return;
+  }
+  // The peer connects on demand: our queue pair for it is made now, when it first sends.
+  if (const Status s = create_queue_pair(peer); !s.ok()) {
+    api_->reject(id, nullptr, 0);
+    api_->destroy_id(id);
+    fail_peer(peer, std::string(s.message()));
     return;
   }
   drive(peer, ConnEvent::kConnectRequest, {}, id);
@@ -280,9 +292,14 @@ void VerbsTransport::progress_cm() {
       case RDMA_CM_EVENT_CONNECT_ERROR:
         drive(peer, E::kTransient, detail);
         break;
-      case RDMA_CM_EVENT_REJECTED:
-        drive(peer, E::kRejected, detail);
+      case RDMA_CM_EVENT_REJECTED: {
+        // With the peer's hello, our requests crossed and the peer's wins (verbs_connect.h).
+        const auto hello = decode_hello(data, rank(), size());
+        const bool crossed = hello.ok() && hello.value().from == peer &&
+                             hello.value().instance == peers_[peer].address.instance;
+        drive(peer, crossed ? E::kRejectedCrossed : E::kRejected, detail);
         break;
+      }
       case RDMA_CM_EVENT_DISCONNECTED:
         peers_[peer].disconnect = detail;  // after the CQ is drained: poll()
         break;

@@ -35,8 +35,25 @@ Status VerbsTransport::check_sendable(int peer, const char* what) {
                        "verbs: %s: rank %d has closed its transport (it disconnected)", what, peer);
   }
   // The cm path connects in the background (poll() drives it): try again later.
-  if (!p.connected) return Status(StatusCode::kBusy, {});
+  if (!p.connected) return connect_on_demand(peer);
   return Status::Ok();
+}
+
+Status VerbsTransport::connect_on_demand(int peer) {
+  Peer& p = peers_[peer];
+  if (p.conn->path() == ConnectPath::kCm && p.conn->state() == ConnState::kAwaitingRequest) {
+    if (const Status s = create_queue_pair(peer); !s.ok()) {
+      fail_peer(peer, std::string(s.message()));
+      return make_status(StatusCode::kPeerFailed, "verbs: connecting to rank %d: %s", peer,
+                         std::string(s.message()).c_str());
+    }
+    drive(peer, ConnEvent::kFirstSend);
+    if (p.failed) {
+      return make_status(StatusCode::kPeerFailed, "verbs: connecting to rank %d: %s", peer,
+                         p.failed_why.c_str());
+    }
+  }
+  return Status(StatusCode::kBusy, {});
 }
 
 uint64_t VerbsTransport::credit_word(int peer) const {
@@ -71,7 +88,7 @@ Status VerbsTransport::post_write(int peer, uint64_t local_addr, uint32_t lkey,
   wr.sg_list = bytes > 0 ? &sge : nullptr;
   wr.num_sge = bytes > 0 ? 1 : 0;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  const bool inlined = bytes > 0 && bytes <= inline_max_ && what == Post::kHostWrite;
+  const bool inlined = bytes > 0 && bytes <= p.inline_max && what == Post::kHostWrite;
   wr.send_flags = (signal.signaled ? IBV_SEND_SIGNALED : 0) | (inlined ? IBV_SEND_INLINE : 0);
   wr.imm_data = htonl(tag);
   wr.wr.rdma.remote_addr = remote_addr;
@@ -160,7 +177,7 @@ void VerbsTransport::post_credit(int peer) {
   wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE;  // no immediate: consumes no receive at the peer
   wr.send_flags = (signal.signaled ? IBV_SEND_SIGNALED : 0) |
-                  (inline_max_ >= sizeof(uint64_t) ? IBV_SEND_INLINE : 0);
+                  (p.inline_max >= sizeof(uint64_t) ? IBV_SEND_INLINE : 0);
   wr.wr.rdma.remote_addr = p.credit_addr + static_cast<uint64_t>(rank()) * 8;
   wr.wr.rdma.rkey = p.credit_rkey;
   ibv_send_wr* bad = nullptr;

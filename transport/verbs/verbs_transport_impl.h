@@ -75,17 +75,17 @@ class VerbsTransport final : public Transport {
   void wait(std::chrono::nanoseconds timeout) override;
   void wake() override;
   void close() override;
-  // A peer that disconnected after connecting (its close(), over the cm path; a dead peer fails
-  // instead).
-  // Every peer is connected at creation (connects_on_demand stays false): an RC queue pair needs
-  // both sides, and neither the cm path's fixed active side nor the store path can open one on
-  // demand yet (docs/ARCHITECTURE.md, "Slots per peer").
+  // Over rdma_cm a pair connects on demand: the first write or notify from either side makes its
+  // queue pair and connects (verbs_connect.h); the store path connects every pair at creation.
+  TransportCaps capabilities() const override { return {.connects_on_demand = offers_cm_}; }
   uint32_t connected_peers() const override {
     uint32_t n = 0;
     for (const Peer& p : peers_)
       n += p.qp != nullptr;  // a queue pair held for it, connected or not
     return n;
   }
+  // A peer that disconnected after connecting (its close(), over the cm path; a dead peer fails
+  // instead).
   bool peer_left(int peer) const override {
     return peer >= 0 && peer < size() && peers_[peer].left && !peers_[peer].failed;
   }
@@ -98,10 +98,12 @@ class VerbsTransport final : public Transport {
 
  private:
   struct Peer {
-    ibv_qp* qp = nullptr;
+    ibv_qp* qp = nullptr;              // at creation (store path), else when first needed
     uint32_t psn = 0;                  // our first send PSN on this QP
+    uint32_t inline_max = 0;           // the inline size its creation granted
     std::unique_ptr<Connection> conn;  // made by connect(), or by the peer's cm request
     rdma_cm_id* id = nullptr;          // the cm path's id for this pair
+    bool known = false;                // connect() gave its address
     QpAddress address;                 // the peer's, from connect()
     uint64_t hello_instance = 0;       // from a cm request that came before connect()
     bool connected = false;            // the QP is in RTS
@@ -127,9 +129,11 @@ class VerbsTransport final : public Transport {
   Status choose_port(const TransportConfig& config, CmAddress& ip);
   // Opens it: context, protection domain, completion channel and queue, wake-up eventfd.
   Status open_device();
-  // A QP per peer, in INIT with its receives posted; their numbers and PSNs into `address`.
+  // The QP for `peer`, in INIT with its receives posted (nothing when it exists).
+  Status create_queue_pair(int peer);
+  // A QP per peer (the store path); their numbers and PSNs into `address`.
   Status create_queue_pairs(QpAddress& address);
-  bool started(int peer) const { return peers_[peer].conn && peers_[peer].conn->started(); }
+  bool started(int peer) const { return peers_[peer].known; }
   Status modify_qp_from_store(int peer);
 
   // verbs_transport_cm.cc
@@ -141,6 +145,9 @@ class VerbsTransport final : public Transport {
   rdma_conn_param conn_param(int peer, std::vector<uint8_t>& hello) const;
   void progress_cm();
   void on_connect_request(rdma_cm_id* id, std::span<const uint8_t> data);
+  // The first write or notify to a peer not connected yet: over rdma_cm this side connects now
+  // (its queue pair made first). kBusy while connecting, kPeerFailed when that failed.
+  Status connect_on_demand(int peer);
 
   // verbs_transport_data.cc
   Status check_sendable(int peer, const char* what);
@@ -175,7 +182,6 @@ class VerbsTransport final : public Transport {
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   UniqueFd wake_fd_;
-  uint32_t inline_max_ = 0;
   std::vector<Peer> peers_;
   std::unordered_map<uint32_t, int> qp_to_peer_;
   std::unique_ptr<MemoryRegion> credit_in_;   // one word per sender: receives it posted for us

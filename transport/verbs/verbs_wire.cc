@@ -14,7 +14,7 @@ constexpr uint32_t kAddressMagic = 0x45435641;  // "ECVA"
 constexpr uint32_t kKeyMagic = 0x4543564b;      // "ECVK"
 constexpr uint32_t kHelloMagic = 0x45435648;    // "ECVH"
 // 2: the address carries the rdma_cm endpoint (verbs_connect.h).
-constexpr uint16_t kVersion = 3;  // 3: the GID type
+constexpr uint16_t kVersion = 4;  // 3: the GID type; 4: no queue pairs with rdma_cm
 // The most ranks an address may describe: bounds what a decoder allocates for a peer's blob.
 constexpr uint32_t kMaxRanks = 1u << 20;
 
@@ -91,7 +91,7 @@ std::vector<uint8_t> encode_address(const QpAddress& a) {
   w.put(kVersion);
   w.put(uint16_t{0});
   w.put(a.rank);
-  w.put(static_cast<uint32_t>(a.qps.size()));
+  w.put(a.job_size);
   w.put(a.instance);
   w.put(a.link);
   w.put(a.port);
@@ -108,9 +108,9 @@ std::vector<uint8_t> encode_address(const QpAddress& a) {
   w.put(a.cm_family);
   w.put(a.cm_port);
   w.put_bytes(a.cm_ip.data(), a.cm_ip.size());
-  for (const QpEntry& q : a.qps) {
-    w.put(q.qpn);
-    w.put(q.psn);
+  for (size_t i = 0; !a.offers_cm && i < a.qps.size(); ++i) {
+    w.put(a.qps[i].qpn);
+    w.put(a.qps[i].psn);
   }
   return w.finish();
 }
@@ -148,7 +148,9 @@ Result<QpAddress> decode_address(std::span<const uint8_t> blob, int expected_ran
   a.cm_port = r.get<uint16_t>();
   r.get_bytes(a.cm_ip.data(), a.cm_ip.size());
   if (r.short_read()) return bad(what, "truncated header");
-  if (count > kMaxRanks || blob.size() != r.offset() + size_t{count} * 8 + 8) {
+  // Queue pairs follow for the store path only (over rdma_cm they are made on demand).
+  const size_t entries = offers_cm == 0 ? count : 0;
+  if (count > kMaxRanks || blob.size() != r.offset() + entries * 8 + 8) {
     return bad(what, "length does not match its rank count");
   }
   if (!checksum_ok(blob)) return bad(what, "checksum mismatch (corrupted in the store?)");
@@ -183,8 +185,9 @@ Result<QpAddress> decode_address(std::span<const uint8_t> blob, int expected_ran
   } else if (a.cm_family != 0 || a.cm_port != 0 || !zero_from(0)) {
     return bad(what, "rdma_cm endpoint fields set without the rdma_cm flag");
   }
-  a.qps.resize(count);
-  for (uint32_t i = 0; i < count; ++i) {
+  a.job_size = count;
+  a.qps.resize(entries);
+  for (size_t i = 0; i < entries; ++i) {
     a.qps[i].qpn = r.get<uint32_t>();
     a.qps[i].psn = r.get<uint32_t>();
     if (a.qps[i].qpn > kMaxQpNumber || a.qps[i].psn > kMaxPsn) {

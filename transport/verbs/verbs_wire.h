@@ -1,5 +1,6 @@
 // What verbs ranks tell each other through the bootstrap store: a rank's address (port, LID,
-// GID, and the queue pair it made for each peer) and remote keys of registered memory.
+// GID, its rdma_cm endpoint or else the queue pair it made for each peer) and remote keys of
+// registered memory.
 //
 // This is the store-based connection set-up (the fallback the issue names next to rdma_cm):
 // QP numbers, LID/GID and PSNs travel through the store, then each side moves its QP for the
@@ -28,6 +29,7 @@ struct QpEntry {
 
 struct QpAddress {
   int32_t rank = 0;
+  uint32_t job_size = 0;  // the world size of the publishing rank
   uint64_t instance = 0;  // random per transport: keys must come from the instance we connected to
   uint8_t link = 0;       // LinkLayer
   uint8_t port = 1;
@@ -47,8 +49,11 @@ struct QpAddress {
   bool offers_cm = false;
   uint8_t cm_family = 0;
   std::array<uint8_t, 16> cm_ip{};
-  uint16_t cm_port = 0;      // host byte order
-  std::vector<QpEntry> qps;  // one per rank of the job, indexed by rank
+  uint16_t cm_port = 0;  // host byte order
+  // The store path's: one per rank of the job, indexed by rank. Empty with rdma_cm (queue pairs
+  // are then made on demand and their numbers travel in the CM exchange); encode_address()
+  // writes them only without offers_cm.
+  std::vector<QpEntry> qps;
 };
 
 std::vector<uint8_t> encode_address(const QpAddress& a);

@@ -345,6 +345,12 @@ int destroy_id(rdma_cm_id* handle) {
     }
     ch.ids.erase(id->number);
     if (ch.listener == id) ch.listener = nullptr;
+    // Events of the id not yet taken go with it, as the kernel's ucma_destroy_id cleans them up
+    // (an address resolved for an attempt given up after a crossing request, say): nothing
+    // hands out an event naming a destroyed id.
+    std::erase_if(ch.events, [handle](const std::unique_ptr<EventBox>& box) {
+      return box->event.id == handle;
+    });
   }
   std::unique_ptr<IdHandle> owned(reinterpret_cast<IdHandle*>(handle));
   std::unique_ptr<CmId> impl(id);

@@ -106,6 +106,29 @@ Status set_port_state(uint32_t lid, PortState state) {
   });
 }
 
+Result<uint32_t> qp_towards(uint32_t lid, uint32_t remote_lid) {
+  uint32_t qpn = 0;
+  EC_RETURN_IF_ERROR(with_context(lid, [&](Context& ctx) {
+    for (const Qp* qp : ctx.qps) {
+      if (qp != nullptr && qp->dlid == remote_lid) qpn = qp->handle->qp_num;
+    }
+  }));
+  if (qpn == 0) {
+    return make_status(StatusCode::kInvalidArgument,
+                       "emulated verbs: port %u has no queue pair towards port %u", lid,
+                       remote_lid);
+  }
+  return qpn;
+}
+
+Result<uint32_t> qp_count(uint32_t lid) {
+  uint32_t n = 0;
+  EC_RETURN_IF_ERROR(with_context(lid, [&](Context& ctx) {
+    for (const Qp* qp : ctx.qps) n += qp != nullptr;
+  }));
+  return n;
+}
+
 Result<QpAttributes> qp_attributes(QpRef ref) {
   if (ref.qpn == 0) return Status(StatusCode::kInvalidArgument, "qp_attributes: name one QP");
   QpAttributes out;

@@ -94,6 +94,13 @@ struct QpAttributes {
 };
 Result<QpAttributes> qp_attributes(QpRef ref);
 
+// The queue pair of port `lid` whose path leads to port `remote_lid` (set when it left INIT):
+// how tests find a pair connected on demand, whose numbers no address carries.
+// kInvalidArgument when there is none.
+Result<uint32_t> qp_towards(uint32_t lid, uint32_t remote_lid);
+// How many queue pairs port `lid` has (whatever their state).
+Result<uint32_t> qp_count(uint32_t lid);
+
 // Back to "fork protection needed and not asked for" (tests of ibv_fork_init handling).
 void reset_fork_state();
 
