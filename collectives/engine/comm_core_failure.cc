@@ -48,8 +48,12 @@ void CommCore::fail(Op* op, const Status& status, TellPeers tell, int stopped_pe
         status.code() == StatusCode::kAborted ? StatusCode::kPeerFailed : status.code();
     // A plain collective's error reaches every rank along the partners (each rank that stops
     // it says so to its own): sending it to all would connect every pair (issue 21). Buffer
-    // lenders' users and partial rounds, which do not pass errors on, hear it from here.
-    const bool along_partners = key_stream(op->key()) == 0 && !shares;
+    // lenders' users and partial rounds, which do not pass errors on, hear it from here. So do
+    // all peers where memory is mapped (inproc): a peer may run the direct allreduce there,
+    // whose failure waits for every rank to say it stopped, this one included even when it ran
+    // another call (mismatch_test at P = 12 waited for its timeout), and a pair costs nothing.
+    const bool along_partners =
+        key_stream(op->key()) == 0 && !shares && !transport_->maps_peer_memory();
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_ || (gone_.gone(peer) && !shares)) continue;
       if (along_partners && !tells_directly(peer)) continue;
