@@ -12,6 +12,9 @@
 #include "runtime/build_config.h"
 
 #if EAGERCOMM_HAVE_VERBS
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "tests/transport/verbs_emulated_test.h"
 #endif
 
@@ -323,6 +326,33 @@ TEST(VerbsEmulated, AKilledProcessesCmInboxIsReclaimedByTheNextChannel) {
   api.destroy_event_channel(next);
   api.destroy_event_channel(live);
   EXPECT_FALSE(std::filesystem::exists(live_inbox));
+}
+
+// As the kernel does (ucma_destroy_id), destroying an id drops its events not yet taken: a
+// connection given up after crossing requests destroys its id with an address or route
+// resolution still queued, and get_cm_event must never hand out an event naming a freed id.
+TEST(VerbsEmulated, DestroyingAnIdDropsItsEventsNotYetTaken) {
+  const verbs::VerbsApi& api = verbs::emulated_verbs_api();
+  rdma_event_channel* ch = api.create_event_channel();
+  ASSERT_NE(ch, nullptr);
+  rdma_cm_id* kept = nullptr;
+  rdma_cm_id* dropped = nullptr;
+  ASSERT_EQ(api.create_id(ch, &kept, nullptr, RDMA_PS_TCP), 0);
+  ASSERT_EQ(api.create_id(ch, &dropped, nullptr, RDMA_PS_TCP), 0);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  dst.sin_port = htons(9);  // nobody listens: an ADDR_ERROR event, queued all the same
+  ASSERT_EQ(api.resolve_addr(dropped, nullptr, reinterpret_cast<sockaddr*>(&dst), 100), 0);
+  ASSERT_EQ(api.resolve_addr(kept, nullptr, reinterpret_cast<sockaddr*>(&dst), 100), 0);
+  ASSERT_EQ(api.destroy_id(dropped), 0);
+  rdma_cm_event* e = nullptr;
+  ASSERT_EQ(api.get_cm_event(ch, &e), 0);
+  EXPECT_EQ(e->id, kept);
+  api.ack_cm_event(e);
+  EXPECT_NE(api.get_cm_event(ch, &e), 0) << "an event of the destroyed id was handed out";
+  api.destroy_id(kept);
+  api.destroy_event_channel(ch);
 }
 
 #else
