@@ -12,10 +12,12 @@
 //     connects_on_demand) only records the address there and connects on the first write,
 //     notify or import_region() towards the peer, and takes traffic from peers it has not
 //     connected to itself: a rank of a large job then holds connections to the peers it talks
-//     to, not to all (issue 21). Elsewhere a peer may drop what arrives before it has called
-//     connect() for the sender (a verbs queue pair not yet ready to receive), so the first write
-//     or notify to a peer waits until that peer has connected too: the bootstrap calls connect()
-//     for every peer on every rank, then waits for every rank in the store before any traffic.
+//     to, not to all (issue 21): shm, ucx, verbs over rdma_cm (the first sender is the active
+//     side; the passive one makes its queue pair for the request), inproc and sim. Elsewhere (the
+//     verbs store path) a peer may drop what arrives before it has called connect() for the
+//     sender (a queue pair not yet ready to receive), so the first write or notify to a peer
+//     waits until that peer has connected too: the bootstrap calls connect() for every peer on
+//     every rank, then waits for every rank in the store before any traffic.
 //   - write(): copies bytes from a local region into a peer's region, then delivers a 32-bit
 //     notification tag that the peer sees in its own poll() only after the data is visible in
 //     its memory. Writes and notifications from one rank to one peer are delivered in the order
