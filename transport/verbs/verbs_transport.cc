@@ -239,7 +239,7 @@ Status VerbsTransport::create_queue_pairs(QpAddress& a) {
 
 Result<std::unique_ptr<RemoteRegion>> VerbsTransport::import_region(int peer,
                                                                     std::span<const uint8_t> key) {
-  if (peer < 0 || peer >= size() || peer == rank() || !started(peer)) {
+  if (peer < 0 || peer >= size() || peer == rank() || !peers_[peer].known) {
     return make_status(StatusCode::kInvalidArgument,
                        "verbs: import_region: rank %d is not a connected peer (connect() it "
                        "first)",

@@ -22,7 +22,7 @@ Status VerbsTransport::check_sendable(int peer, const char* what) {
                        peer);
   }
   const Peer& p = peers_[peer];
-  if (!started(peer)) {
+  if (!p.known) {
     return make_status(StatusCode::kInvalidArgument,
                        "verbs: %s: rank %d is not connected (connect() it first)", what, peer);
   }

@@ -133,7 +133,6 @@ class VerbsTransport final : public Transport {
   Status create_queue_pair(int peer);
   // A QP per peer (the store path); their numbers and PSNs into `address`.
   Status create_queue_pairs(QpAddress& address);
-  bool started(int peer) const { return peers_[peer].known; }
   Status modify_qp_from_store(int peer);
 
   // verbs_transport_cm.cc
