@@ -310,7 +310,7 @@ def main():
     p.add_argument("--momentum", type=float, default=0.9,
                    help="for every configuration (EagerSGD lowers it for stale rounds)")
     p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--staleness", choices=("momentum", "rate", "none"), default="momentum",
+    p.add_argument("--staleness", choices=("momentum", "step", "rate", "none"), default="momentum",
                    help="EagerSGD's staleness rule")
     p.add_argument("--solo-speedup", type=float, default=1.3,
                    help="EagerSGD adaptive: solo rounds when they promise this speedup per epoch")

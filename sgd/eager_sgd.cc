@@ -39,6 +39,8 @@ std::string staleness_rule_name(StalenessRule rule) {
       return "momentum";
     case StalenessRule::kRate:
       return "rate";
+    case StalenessRule::kStep:
+      return "step";
   }
   return "?";
 }
@@ -47,8 +49,9 @@ Result<StalenessRule> parse_staleness_rule(std::string_view text) {
   if (text == "none") return StalenessRule::kNone;
   if (text == "momentum") return StalenessRule::kMomentum;
   if (text == "rate") return StalenessRule::kRate;
+  if (text == "step") return StalenessRule::kStep;
   return make_status(StatusCode::kInvalidArgument,
-                     "unknown staleness rule '%.*s' (accepted: none, momentum, rate)",
+                     "unknown staleness rule '%.*s' (accepted: none, momentum, rate, step)",
                      static_cast<int>(text.size()), text.data());
 }
 
@@ -110,11 +113,15 @@ Result<std::unique_ptr<EagerSgd>> EagerSgd::create(Communicator& comm, float* pa
   } else if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
     local = make_status(StatusCode::kInvalidArgument,
                         "eager SGD: weight decay %g must be finite and >= 0", options.weight_decay);
+  } else if (!(options.average_decay >= 0 && options.average_decay < 1)) {
+    local = make_status(StatusCode::kInvalidArgument,
+                        "eager SGD: average decay %g is not in [0, 1)", options.average_decay);
   } else if (auto timeout = detail::check_timeout(options.timeout, "eager SGD"); !timeout.ok()) {
     local = timeout.status();
   } else if (options.staleness != StalenessRule::kNone &&
              options.staleness != StalenessRule::kMomentum &&
-             options.staleness != StalenessRule::kRate) {
+             options.staleness != StalenessRule::kRate &&
+             options.staleness != StalenessRule::kStep) {
     local = make_status(StatusCode::kInvalidArgument, "eager SGD: staleness rule %d is unknown",
                         static_cast<int>(options.staleness));
   } else {
@@ -151,13 +158,24 @@ EagerSgd::EagerSgd(const SgdOptions& options, float* params, float* grads, size_
       grads_(grads),
       count_(count),
       pa_(std::move(pa)),
-      velocity_(options.momentum > 0 ? count : 0, 0.0f) {}
+      velocity_(options.momentum > 0 ? count : 0, 0.0f) {
+  if (options.average_decay > 0) average_.assign(params, params + count);
+}
 
 EagerSgd::~EagerSgd() = default;
 
 double EagerSgd::current_momentum() const {
-  if (options_.staleness != StalenessRule::kMomentum) return options_.momentum;
+  if (options_.staleness != StalenessRule::kMomentum &&
+      options_.staleness != StalenessRule::kStep) {
+    return options_.momentum;
+  }
   return std::max(0.0, 1.0 - (1.0 - options_.momentum) * (1.0 + staleness_avg_));
+}
+
+double EagerSgd::current_lr() const {
+  const double rate = options_.lr.at(stats_.rounds_applied);
+  if (options_.staleness != StalenessRule::kStep || options_.momentum <= 0) return rate;
+  return rate * (1.0 - current_momentum()) / (1.0 - options_.momentum);
 }
 
 void EagerSgd::apply(const RoundResult& result) {
@@ -170,12 +188,19 @@ void EagerSgd::apply(const RoundResult& result) {
   const auto start = Clock::now();
   const double s = round_staleness(result);
   double rate = options_.lr.at(result.round());
-  if (options_.staleness == StalenessRule::kMomentum) {
+  if (options_.staleness == StalenessRule::kMomentum ||
+      options_.staleness == StalenessRule::kStep) {
     staleness_avg_ += (s - staleness_avg_) / kStalenessWindow;
   } else if (options_.staleness == StalenessRule::kRate) {
     rate /= 1.0 + s;
   }
   const double momentum = current_momentum();
+  if (options_.staleness == StalenessRule::kStep && options_.momentum > 0) {
+    // A gradient moves the model by lr / (1 - mu) in all, over the rounds after it: lowering mu
+    // alone shrinks that by 1 + s. Keeping it measured worse (sgd/EXPERIMENTS.md, 2026-12-07):
+    // the shrinking is part of why kMomentum works.
+    rate *= (1.0 - momentum) / (1.0 - options_.momentum);
+  }
   stats_.momentum_sum += momentum;
   stats_.lr_sum += rate;
   stats_.staleness_sum += s;
@@ -192,6 +217,11 @@ void EagerSgd::apply(const RoundResult& result) {
       v[i] = mu * v[i] + (g[i] + wd * p[i]);
       p[i] -= lr * v[i];
     }
+  }
+  if (!average_.empty()) {
+    const float keep = static_cast<float>(options_.average_decay);
+    float* a = average_.data();
+    for (size_t i = 0; i < count_; ++i) a[i] = keep * a[i] + (1.0f - keep) * p[i];
   }
   ++stats_.rounds_applied;
   stats_.fresh_contributions += static_cast<uint64_t>(result.fresh_count());

@@ -9,6 +9,7 @@
 #                            (IMBALANCE: none, K:D or linear:D); default: the list below
 #   EC_MATRIX_ARGS    arguments every setup gets [the defaults below]
 #   EC_MATRIX_SEEDS   [1,2,3]   EC_MATRIX_MODES [sync,solo,majority,quorum:3,adaptive]
+#   EC_MATRIX_RANKS   [4]
 # A setup whose JSON exists already is skipped (rerun by deleting it), so an interrupted matrix
 # resumes.
 set -euo pipefail
@@ -20,6 +21,7 @@ run=$build/tools/eagercomm-run
 [[ -x $train && -x $run ]] || { echo "matrix: build eagercomm-train and eagercomm-run first" >&2; exit 1; }
 seeds=${EC_MATRIX_SEEDS:-1,2,3}
 modes=${EC_MATRIX_MODES:-sync,solo,majority,quorum:3,adaptive}
+ranks=${EC_MATRIX_RANKS:-4}
 # Eager modes may train twice sync's epochs so that time to sync's accuracy is measured even when
 # they need longer; they stop at the first evaluation past sync's epochs that reaches it.
 common=${EC_MATRIX_ARGS:---epochs 2 --eager-epochs 4 --stop-at-target --batch 32 --lr 0.05 \
@@ -43,7 +45,7 @@ while IFS='|' read -r name model imbalance extra; do
   echo "matrix: $name: $model, imbalance $imbalance, $extra" >&2
   start=$(date +%s)
   # shellcheck disable=SC2086
-  "$run" -n 4 "$train" --model "$model" --mode "$modes" --seeds "$seeds" "${imb[@]}" $common \
+  "$run" -n "$ranks" "$train" --model "$model" --mode "$modes" --seeds "$seeds" "${imb[@]}" $common \
     $extra --json "$json.part" --curve "$out/$name.csv" > "$out/$name.txt" 2>&1 ||
     { echo "matrix: $name failed (see $out/$name.txt)" >&2; rm -f "$json.part"; exit 1; }
   mv "$json.part" "$json"

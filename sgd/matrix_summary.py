@@ -32,8 +32,10 @@ def describe(report):
         imbalance = f"{report['imbalance_ranks']} of {report['ranks']} x {report['imbalance_ms']:g} ms"
     else:
         imbalance = "none"
+    average = report.get("average_decay", 0)
     return (f"{report['model']}, imbalance {imbalance}, staleness {report.get('staleness', '?')}, "
-            f"{report['epochs']} epochs (eager up to {report.get('eager_epochs', report['epochs'])})")
+            + (f"parameters averaged ({average:g}), " if average else "")
+            + f"{report['epochs']} epochs (eager up to {report.get('eager_epochs', report['epochs'])})")
 
 
 def main(paths):

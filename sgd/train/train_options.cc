@@ -118,7 +118,9 @@ std::string train_usage() {
   --lr X             base learning rate [0.05]
   --momentum X       [0.9]           --weight-decay X   [5e-4]
   --eager-momentum X momentum of the eager modes [--momentum]
-  --staleness R      none | momentum | rate: how rounds correct for stale gradients [momentum]
+  --staleness R      none | momentum | rate | step: how rounds correct for stale gradients
+                     [momentum]
+  --average X        evaluate the parameters' exponential average over rounds, decay X [0: off]
   --solo-speedup X   adaptive: run solo rounds when they promise X times faster epochs [1.3, 1..10]
   --warmup N         linear warm-up over N rounds [0]
   --milestones R,..  multiply the rate by --gamma at these rounds []   --gamma X [0.1]
@@ -242,10 +244,11 @@ Result<TrainOptions> parse_train_options(int argc, char** argv) {
       {"--staleness",
        [&o](const std::string& opt, const std::string& v) -> Status {
          Result<StalenessRule> rule = parse_staleness_rule(v);
-         if (!rule.ok()) return bad(opt, v, "rules are none, momentum and rate");
+         if (!rule.ok()) return bad(opt, v, "rules are none, momentum, rate and step");
          o.staleness = rule.value();
          return Status::Ok();
        }},
+      {"--average", real(&o.average_decay, 0.0, 0.999999)},
       {"--solo-speedup", real(&o.solo_speedup, 1.0, PartialOptions::kMaxSoloSpeedup)},
       {"--json", text(&o.json)},
       {"--curve", text(&o.curve)},

@@ -26,6 +26,9 @@ struct TrainOptions {
   double eager_momentum = -1;
   double eager_momentum_in_force() const { return eager_momentum >= 0 ? eager_momentum : momentum; }
   StalenessRule staleness = StalenessRule::kMomentum;
+  // Evaluate an exponential average of the parameters (SgdOptions::average_decay); 0: the
+  // parameters themselves.
+  double average_decay = 0.0;
   double solo_speedup = PartialOptions{}.solo_speedup;  // adaptive mode
   double weight_decay = 5e-4;
   uint64_t warmup_rounds = 0;

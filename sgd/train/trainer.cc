@@ -182,6 +182,7 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
   so.momentum = mode.kind == PartialKind::kSync ? o.momentum : o.eager_momentum_in_force();
   so.weight_decay = o.weight_decay;
   so.staleness = o.staleness;
+  so.average_decay = o.average_decay;
   so.partial.on_failure = o.on_failure;
   EC_ASSIGN_OR_RETURN(
       std::unique_ptr<EagerSgd> opt,
@@ -210,17 +211,24 @@ Result<ModeReport> train_mode(Communicator& comm, const TrainOptions& o, Partial
   char tag[64];
   std::snprintf(tag, sizeof(tag), "%s seed %llu", report.mode.c_str(),
                 static_cast<unsigned long long>(seed));
-  std::vector<float> scratch;
+  std::vector<float> scratch, swapped;
   std::vector<int64_t> labels;
   double trained = 0;  // seconds, evaluation excluded
   // Evaluates and appends a curve point at `trained` seconds, all ranks agreeing on the time.
   auto record = [&](double epoch, uint64_t step, double loss) -> Status {
     double accuracy = 0, slowest = 0;
+    // --average: the averaged parameters stand in for the model's while it is evaluated.
+    const float* averaged = opt->averaged();
+    if (averaged) {
+      swapped.assign(flat.params(), flat.params() + flat.count());
+      std::copy(averaged, averaged + flat.count(), flat.params());
+    }
     EC_RETURN_IF_ERROR(survive(comm, o, opt.get(), [&]() -> Status {
       EC_ASSIGN_OR_RETURN(accuracy, evaluate_all(comm, model, d));
       slowest = trained;
       return comm.allreduce(&slowest, &slowest, 1, DataType::kFloat64, ReduceOp::kMax);
     }));
+    if (averaged) std::copy(swapped.begin(), swapped.end(), flat.params());
     report.curve.push_back({epoch, step, slowest, accuracy, loss});
     return Status::Ok();
   };
@@ -569,8 +577,9 @@ std::string format_reports(const std::vector<ModeReport>& reports, const TrainOp
   out += line;
   out += "# seeds " + seed_list(o.seeds_in_force());
   std::snprintf(line, sizeof(line),
-                "; %d evaluation(s) per epoch; staleness rule %s; solo speedup %g\n",
-                o.evals_per_epoch, staleness_rule_name(o.staleness).c_str(), o.solo_speedup);
+                "; %d evaluation(s) per epoch; staleness rule %s; solo speedup %g%s\n",
+                o.evals_per_epoch, staleness_rule_name(o.staleness).c_str(), o.solo_speedup,
+                o.average_decay > 0 ? "; parameters averaged for evaluation" : "");
   out += line;
   // What the less obvious columns mean, in the table itself: it is what users paste around.
   out +=
@@ -618,7 +627,8 @@ std::string reports_to_json(const std::vector<ModeReport>& reports, const TrainO
       ", \"eager_momentum\": " + num(o.eager_momentum_in_force()) +
       ", \"weight_decay\": " + num(o.weight_decay) + ", \"staleness\": \"" +
       staleness_rule_name(o.staleness) + "\", \"solo_speedup\": " + num(o.solo_speedup) +
-      ", \"seeds\": [" + seed_list(o.seeds_in_force()) +
+      ", \"average_decay\": " + num(o.average_decay) + ", \"seeds\": [" +
+      seed_list(o.seeds_in_force()) +
       "], \"evals_per_epoch\": " + std::to_string(o.evals_per_epoch) + ", \"modes\": [";
   char buf[768];
   for (size_t i = 0; i < reports.size(); ++i) {

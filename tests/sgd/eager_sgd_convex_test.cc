@@ -60,8 +60,10 @@ TEST(EagerSgdConvex, SyncRoundsFollowTheReferenceTrajectory) {
   o.lr.gamma = 0.5;
   o.momentum = 0.9;
   o.weight_decay = 0.01;
+  o.average_decay = 0.8;
   auto w = World::make(P, test::test_config());
   std::vector<std::vector<float>> x(P, std::vector<float>(kN, 1.0f));
+  std::vector<std::vector<float>> averaged(P);
   std::vector<double> momentum(P);
   std::vector<uint64_t> rounds(P), empty(P);
   w->run([&](int r, Communicator& c) {
@@ -73,6 +75,9 @@ TEST(EagerSgdConvex, SyncRoundsFollowTheReferenceTrajectory) {
       ASSERT_TRUE(made.value()->step().ok());
     }
     ASSERT_TRUE(made.value()->finish().ok());
+    const float* a = made.value()->averaged();
+    ASSERT_NE(a, nullptr);
+    averaged[r].assign(a, a + kN);
     momentum[r] = made.value()->stats().mean_momentum();
     rounds[r] = made.value()->stats().rounds_applied;
     empty[r] = made.value()->stats().empty_rounds;
@@ -81,7 +86,8 @@ TEST(EagerSgdConvex, SyncRoundsFollowTheReferenceTrajectory) {
   // (torch.optim.SGD does not move between steps either).
   ASSERT_EQ(rounds[0], static_cast<uint64_t>(steps) + 1);
   // Reference, in double: one update per step.
-  std::vector<double> p(kN, 1.0), v(kN, 0.0);
+  // The average starts at the initial parameters and follows every step, not the empty round.
+  std::vector<double> p(kN, 1.0), v(kN, 0.0), avg(kN, 1.0);
   for (uint64_t r = 0; r < static_cast<uint64_t>(steps); ++r) {
     const double lr = o.lr.at(r);
     for (size_t i = 0; i < kN; ++i) {
@@ -90,6 +96,7 @@ TEST(EagerSgdConvex, SyncRoundsFollowTheReferenceTrajectory) {
       g /= P;
       v[i] = o.momentum * v[i] + g + o.weight_decay * p[i];
       p[i] -= lr * v[i];
+      avg[i] = o.average_decay * avg[i] + (1 - o.average_decay) * p[i];
     }
   }
   for (int r = 0; r < P; ++r) {
@@ -99,6 +106,8 @@ TEST(EagerSgdConvex, SyncRoundsFollowTheReferenceTrajectory) {
     EXPECT_NEAR(momentum[r], o.momentum, 1e-9) << "rank " << r;
     for (size_t i = 0; i < kN; ++i) {
       ASSERT_NEAR(x[r][i], p[i], 1e-4 * (1 + std::abs(p[i]))) << "rank " << r << " element " << i;
+      ASSERT_NEAR(averaged[r][i], avg[i], 1e-4 * (1 + std::abs(avg[i])))
+          << "rank " << r << " element " << i << " of the average";
     }
   }
 }
@@ -159,8 +168,8 @@ double distance_to_optimum(const std::vector<float>& x, int P) {
 TEST(EagerSgdConvex, StaleRoundsConvergeToTheOptimumInEveryModeAndRule) {
   for (PartialMode mode : {PartialMode::solo(), PartialMode::majority(), PartialMode::quorum_of(3),
                            PartialMode::adaptive()}) {
-    for (StalenessRule rule :
-         {StalenessRule::kNone, StalenessRule::kMomentum, StalenessRule::kRate}) {
+    for (StalenessRule rule : {StalenessRule::kNone, StalenessRule::kMomentum, StalenessRule::kRate,
+                               StalenessRule::kStep}) {
       const ConvexRun run = run_stale(mode, rule, LatePolicy::kCarry, 400);
       if (HasFatalFailure()) return;
       const std::string what = mode.name() + ", staleness rule " + staleness_rule_name(rule);
@@ -169,9 +178,15 @@ TEST(EagerSgdConvex, StaleRoundsConvergeToTheOptimumInEveryModeAndRule) {
       EXPECT_LT(distance_to_optimum(run.x, 4), 0.5)
           << what << ": " << run.stats.rounds_applied << " rounds, mean staleness "
           << run.stats.mean_contribution_staleness();
-      if (rule == StalenessRule::kMomentum) {
+      if (rule == StalenessRule::kMomentum || rule == StalenessRule::kStep) {
         // Momentum in force = 1 - (1 - 0.9)(1 + s) at every round's running staleness s.
         EXPECT_LE(run.stats.mean_momentum(), 0.9) << what;
+        // kStep keeps lr / (1 - mu) at 0.05 / 0.1 in every round, so the rates' mean follows
+        // the momenta's exactly (the base rate is constant here); kMomentum keeps the rate.
+        const double rate = rule == StalenessRule::kStep
+                                ? 0.05 * (1 - run.stats.mean_momentum()) / (1 - 0.9)
+                                : 0.05;
+        EXPECT_NEAR(run.stats.mean_lr(), rate, 1e-6) << what;
         if (mode.kind == PartialKind::kSolo) {
           EXPECT_GT(run.stats.mean_contribution_staleness(), 0.1) << what
                                                                   << ": the slow rank "

@@ -199,6 +199,11 @@ TEST(EagerSgdBadInput, BadArgumentsFailOnEveryRankWithoutHanging) {
          if (r == 1) o.momentum = 1.0;
        },
        StatusCode::kInvalidArgument, "momentum"},
+      {"average decay 1",
+       [](int r, SgdOptions& o, MemoryKind&, size_t&, bool&) {
+         if (r == 1) o.average_decay = 1.0;
+       },
+       StatusCode::kInvalidArgument, "average decay"},
       {"negative timeout",
        [](int r, SgdOptions& o, MemoryKind&, size_t&, bool&) {
          if (r == 1) o.timeout = std::chrono::seconds(-5);

@@ -36,7 +36,8 @@ expect_error "\-\-seeds '1,x': 'x' is not a seed" "$train" --seeds 1,x
 expect_error "\-\-seeds '1,,2': '' is not a seed" "$train" --seeds 1,,2
 expect_error "\-\-seeds '-1': '-1' is not a seed" "$train" --seeds -1
 expect_error "\-\-evals-per-epoch '0': out of range" "$train" --evals-per-epoch 0
-expect_error "\-\-staleness 'foo': rules are none, momentum and rate" "$train" --staleness foo
+expect_error "\-\-staleness 'foo': rules are none, momentum, rate and step" "$train" --staleness foo
+expect_error "\-\-average '1': out of range" "$train" --average 1
 expect_error "\-\-solo-speedup '0.5': out of range" "$train" --solo-speedup 0.5
 expect_error "\-\-solo-speedup '11': out of range" "$train" --solo-speedup 11
 expect_error "dataset-fashion-mnist" "$run" -n 2 "$train" --data "$work/none"
@@ -168,6 +169,23 @@ PY
 done
 grep -qF "staleness rule rate; solo speedup 2" "$work/m.log" \
   || fail "--staleness rate --solo-speedup 2: header $(head -3 "$work/m.log")"
+
+# The rule that keeps the total step, and evaluating the averaged parameters: named in the header
+# and the report; the average (decay 0.5 over 8 rounds from the initial model) must evaluate to a
+# trained model's accuracy too, not the initial one's.
+"$run" -n 2 "$train" --model cnn --mode sync,solo --epochs 1 --train-limit 512 --test-limit 256 \
+  --batch 32 --log-every 0 --staleness step --average 0.5 --json "$work/a.json" >"$work/a.log" 2>&1 \
+  || fail "--staleness step --average 0.5: $(cat "$work/a.log")"
+grep -qF "staleness rule step; solo speedup 1.3; parameters averaged for evaluation" "$work/a.log" \
+  || fail "--staleness step --average 0.5: header $(head -4 "$work/a.log")"
+python3 - "$work/a.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+assert report["staleness"] == "step" and report["average_decay"] == 0.5, report
+for m in report["modes"]:
+    assert m["accuracy"] > 0.3, m  # chance is 0.1; 8 steps reach 0.48-0.55 here
+PY
+echo "ok: --staleness step --average 0.5"
 
 # Continuing through a failure: rank 2 of 3 SIGKILLs itself mid-training (--die-at); with
 # --on-failure continue the survivors finish (the job's status is the death, 137), rank 0 of the

@@ -32,7 +32,9 @@ class EagerSGD(torch.optim.Optimizer):
     d = g + wd * p; v = mu * v + d; p -= lr(round) * v); mode "solo", "majority", "sync",
     "adaptive", "quorum:K" or "deadline:T" (T "5ms", "auto", ...); staleness "momentum" (default: mu is momentum lowered for the
     measured staleness of the rounds, 1 - mu = (1 - momentum)(1 + s), so the same momentum as
-    for torch.optim.SGD is right in every mode), "rate" (lr / (1 + s) per round) or "none";
+    for torch.optim.SGD is right in every mode), "step" (the same mu, and lr raised by
+    (1 - mu) / (1 - momentum) so that a gradient's total step lr / (1 - mu) stays as configured),
+    "rate" (lr / (1 + s) per round) or "none";
     solo_speedup (adaptive: runs solo rounds while they are predicted to make an epoch at least
     that many times faster than synchronous rounds, from the measured compute times; default
     1.3, 1 to 10); the rate is a function of the round (warmup_rounds, warmup_start,
