@@ -164,18 +164,26 @@ EagerSgd::EagerSgd(const SgdOptions& options, float* params, float* grads, size_
 
 EagerSgd::~EagerSgd() = default;
 
+bool EagerSgd::lowers_momentum() const {
+  return options_.staleness == StalenessRule::kMomentum ||
+         options_.staleness == StalenessRule::kStep;
+}
+
 double EagerSgd::current_momentum() const {
-  if (options_.staleness != StalenessRule::kMomentum &&
-      options_.staleness != StalenessRule::kStep) {
-    return options_.momentum;
-  }
+  if (!lowers_momentum()) return options_.momentum;
   return std::max(0.0, 1.0 - (1.0 - options_.momentum) * (1.0 + staleness_avg_));
 }
 
-double EagerSgd::current_lr() const {
-  const double rate = options_.lr.at(stats_.rounds_applied);
+double EagerSgd::keep_total_step(double rate) const {
   if (options_.staleness != StalenessRule::kStep || options_.momentum <= 0) return rate;
+  // A gradient moves the model by lr / (1 - mu) in all, over the rounds after it: lowering mu
+  // alone shrinks that by 1 + s. Keeping it measured worse (sgd/EXPERIMENTS.md, 2026-12-07):
+  // the shrinking is part of why kMomentum works.
   return rate * (1.0 - current_momentum()) / (1.0 - options_.momentum);
+}
+
+double EagerSgd::current_lr() const {
+  return keep_total_step(options_.lr.at(stats_.rounds_applied));
 }
 
 void EagerSgd::apply(const RoundResult& result) {
@@ -188,19 +196,13 @@ void EagerSgd::apply(const RoundResult& result) {
   const auto start = Clock::now();
   const double s = round_staleness(result);
   double rate = options_.lr.at(result.round());
-  if (options_.staleness == StalenessRule::kMomentum ||
-      options_.staleness == StalenessRule::kStep) {
+  if (lowers_momentum()) {
     staleness_avg_ += (s - staleness_avg_) / kStalenessWindow;
   } else if (options_.staleness == StalenessRule::kRate) {
     rate /= 1.0 + s;
   }
   const double momentum = current_momentum();
-  if (options_.staleness == StalenessRule::kStep && options_.momentum > 0) {
-    // A gradient moves the model by lr / (1 - mu) in all, over the rounds after it: lowering mu
-    // alone shrinks that by 1 + s. Keeping it measured worse (sgd/EXPERIMENTS.md, 2026-12-07):
-    // the shrinking is part of why kMomentum works.
-    rate *= (1.0 - momentum) / (1.0 - options_.momentum);
-  }
+  rate = keep_total_step(rate);
   stats_.momentum_sum += momentum;
   stats_.lr_sum += rate;
   stats_.staleness_sum += s;
